@@ -1,0 +1,1 @@
+"""Frozen-feature evaluators. They import only skipless.models and skipless.data, never training code."""
