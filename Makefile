@@ -1,0 +1,80 @@
+# skipless: every entry point is a make target; `make help` lists them.
+# Config groups are chosen with MODEL= OPT= DATA= DATASET=; any other key with ARGS="a.b=1 c=2".
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+MODEL ?= skipless
+OPT ?= adamw
+DATA ?= default
+DATASET ?= default
+MULTISCALE ?= 0
+LAYER ?=
+CKPT ?=
+IMAGES ?=
+GPUS ?=
+NODES ?=
+RESUME ?= 0
+ARGS ?=
+
+# Optional keys are passed only when set, so the YAML defaults stay in charge.
+opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
+PRETRAIN_ARGS = model=$(MODEL) optim=$(OPT) data=$(DATA) $(call opt,train.devices,$(GPUS)) \
+  $(call opt,train.num_nodes,$(NODES)) $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+
+.DEFAULT_GOAL := help
+.PHONY: help setup data pretrain probe tokencut pca jacobian bench tensorboard test clean
+
+help: ## list targets and variables
+	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
+	@echo
+	@echo "Targets:"
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## (.*)/  make \1\t\2/' | expand -t 20
+	@echo
+	@echo "Variables (defaults in brackets):"
+	@echo "  MODEL=skip|skipless|skipless-plain|decayed [$(MODEL)]   OPT=adamw|soap [$(OPT)]"
+	@echo "  DATA=default|imagenet [$(DATA)]   DATA_ROOT=path to a real dataset (see data/README.md)"
+	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
+	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
+	@echo "  MULTISCALE=0|1 (probe)   LAYER=all|<block index> (tokencut)   IMAGES=<folder> (pca)"
+	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run)"
+	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
+
+data: $(STAMP) ## generate the embedded default dataset into data/ (if missing)
+	$(PY) -m skipless.data.synthetic --root $${DATA_ROOT:-data}
+
+pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= GPUS= NODES= RESUME= ARGS=
+	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
+
+probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= CKPT= ARGS=
+	$(PY) -m eval.probe dataset=$(DATASET) multiscale=$(MULTISCALE) $(call opt,ckpt,"$(CKPT)") $(ARGS)
+
+tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= ARGS=
+	$(PY) -m eval.tokencut dataset=$(DATASET) $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(ARGS)
+
+pca: $(STAMP) ## PCA images of patch features per block: CKPT= IMAGES= ARGS=
+	$(PY) -m eval.pca $(call opt,ckpt,"$(CKPT)") $(call opt,images,$(IMAGES)) $(ARGS)
+
+bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json
+	$(PY) -m skipless.bench $(ARGS)
+
+tensorboard: $(STAMP) ## browse training and evaluation runs
+	$(PY) -m tensorboard.main --logdir runs --bind_all
+
+test: $(STAMP) ## run the test suite (GPU tests skip themselves without a GPU)
+	$(PY) -m pytest -q
+
+clean: ## remove caches (keeps .venv, data/ and runs/)
+	rm -rf .pytest_cache build src/*.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,140 @@
+"""The config loader: one default YAML per entry point + group choices + CLI ``key=value``.
+
+    cfg = load_config("pretrain", ["model=skipless", "optim=soap", "train.epochs=300"])
+
+1. ``configs/<entry>.yaml`` is read; its ``defaults:`` mapping names one choice per group
+   (``model: skipless``). A CLI item whose key is a group name (``model=skip``) changes that choice.
+2. Each chosen group file ``configs/<group>/<choice>.yaml`` is merged over the defaults, in the order
+   of the ``defaults:`` mapping. Group files hold full paths (``model: {residual: skipless}``), so a
+   group may also set keys elsewhere (a dataset preset may shorten the schedule).
+3. Struct mode is switched on, then the remaining CLI items are applied: a key that does not exist
+   is an error that names it (and the closest existing keys), never a silently ignored typo.
+4. ``save_config`` writes the resolved result next to the run; ``load_saved_config`` reads it back.
+
+Modelled on dinov2's ``utils/config.py`` (STYLE habit 1), without Hydra.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from .atomic import atomic_write
+
+CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
+
+
+class ConfigError(ValueError):
+    """A config that cannot be built as asked; the message says what was expected."""
+
+
+def available(group: str, config_dir: Path = CONFIG_DIR) -> list[str]:
+    """The choices of a config group: the YAML files in ``configs/<group>/``."""
+    return sorted(p.stem for p in (config_dir / group).glob("*.yaml"))
+
+
+def _leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    keys = []
+    for k in cfg.keys():
+        path = f"{prefix}{k}"
+        node = cfg._get_node(k)
+        if isinstance(node, DictConfig):
+            keys.append(path)
+            keys.extend(_leaf_keys(node, path + "."))
+        else:
+            keys.append(path)
+    return keys
+
+
+def _split_overrides(items: Iterable[str], groups: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    choices, rest = {}, []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if key in groups:
+            choices[key] = value.strip()
+        else:
+            rest.append(f"{key}={value}")
+    return choices, rest
+
+
+def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | str = CONFIG_DIR) -> DictConfig:
+    """Build the resolved config of an entry point (see the module docstring)."""
+    config_dir = Path(config_dir)
+    base_path = config_dir / f"{entry}.yaml"
+    if not base_path.is_file():
+        entries = sorted(p.stem for p in config_dir.glob("*.yaml"))
+        raise ConfigError(f"no config for entry point {entry!r}; expected one of: {', '.join(entries)}")
+    base = OmegaConf.load(base_path)
+    defaults = base.pop("defaults", None) or {}
+    groups = list(defaults.keys())
+    choices, rest = _split_overrides(overrides, groups)
+    cfg = base
+    for group in groups:
+        choice = str(choices.get(group, defaults[group]))
+        path = config_dir / group / f"{choice}.yaml"
+        if not path.is_file():
+            raise ConfigError(f"unknown {group} {choice!r}; expected one of: {', '.join(available(group, config_dir))}")
+        cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
+    cfg.choices = {g: str(choices.get(g, defaults[g])) for g in groups} if groups else {}
+    OmegaConf.set_struct(cfg, True)
+    for item in rest:
+        key, value = item.split("=", 1)
+        try:
+            OmegaConf.update(cfg, key, _parse_value(value), merge=True)
+        except (ConfigKeyError, ConfigAttributeError) as err:
+            close = difflib.get_close_matches(key, _leaf_keys(cfg), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ConfigError(f"unknown config key {key!r} for {entry}{hint}") from err
+    try:
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"config of {entry} does not resolve: {err}") from err
+    missing = [k for k in _leaf_keys(cfg) if OmegaConf.is_missing(cfg, k)]
+    if missing:
+        raise ConfigError(f"config of {entry} leaves required keys unset: {', '.join(missing)}")
+    return cfg
+
+
+def _parse_value(text: str):
+    """Parse a CLI value as YAML (numbers, booleans, lists, null), keeping plain strings as they are."""
+    value = OmegaConf.create({"v": text} if text == "" else f"v: {text}")["v"]
+    if isinstance(value, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(value)
+    return value
+
+
+def save_config(cfg: DictConfig, run_dir: str | os.PathLike, name: str = "config.yaml") -> Path:
+    """Write the resolved config into ``run_dir`` (atomically) and return its path."""
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    return atomic_write(Path(run_dir) / name, lambda tmp: Path(tmp).write_text(text))
+
+
+def load_saved_config(path: str | os.PathLike) -> DictConfig:
+    """Read a config written by ``save_config``, in struct mode."""
+    cfg = OmegaConf.load(path)
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m skipless.config <entry> [key=value ...]`` prints the resolved config."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        raise SystemExit("usage: python -m skipless.config <entry> [group=choice] [key=value ...]")
+    try:
+        print(OmegaConf.to_yaml(load_config(argv[0], argv[1:])), end="")
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Multi-head softmax self-attention with two interchangeable paths.
+
+The default path calls ``F.scaled_dot_product_attention`` so that FlashAttention / cuDNN kernels run
+on a GPU. The explicit path forms ``softmax(q k^T / sqrt(d_h))`` itself: it is what attention maps
+need, and what forward-mode autodiff (``torch.func.jvp``, used by the Jacobian diagnostics) needs,
+since the fused kernels have no forward-mode derivative. Both paths use the same weights, so the
+choice is a run-time switch (``use_explicit_attention``), never a different model.
+
+Parameter names are timm's (``qkv``, ``proj``), so timm state dicts load unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from timm.layers import Attention
+from torch import nn
+
+
+class SoftmaxAttention(Attention):
+    """timm ``Attention`` with a switchable explicit path and optional capture of q, k, v, A.
+
+    Attributes:
+        explicit: compute the attention matrix explicitly instead of calling the fused kernel.
+        capture: a set of names among ``{"q", "k", "v", "attn"}`` to record during the next
+            forwards into ``captured`` (used by ``extract_features``); empty means record nothing.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.explicit = False
+        self.capture: set[str] = set()
+        self.captured: dict[str, torch.Tensor] = {}
+
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
+    ) -> torch.Tensor:
+        if attn_mask is not None or is_causal:
+            raise NotImplementedError("skipless attention takes no mask: ViT tokens attend to all tokens")
+        B, N, _ = x.shape
+        # timm's fused qkv: rows of qkv.weight are [Q; K; V], each head-major.
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # (B, heads, N, d_h)
+        q, k = self.q_norm(q), self.k_norm(k)
+
+        attn = None
+        if self.explicit or "attn" in self.capture:
+            attn = (q * self.scale) @ k.transpose(-2, -1)
+            attn = attn.softmax(dim=-1)
+        if self.explicit:
+            out = self.attn_drop(attn) @ v
+        else:
+            out = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0
+            )
+        if self.capture:
+            found = {"q": q, "k": k, "v": v, "attn": attn}
+            self.captured = {name: found[name] for name in self.capture}
+
+        out = out.transpose(1, 2).reshape(B, N, self.attn_dim)
+        out = self.norm(out)
+        out = self.proj(out)
+        return self.proj_drop(out)
+
+
+@contextlib.contextmanager
+def use_explicit_attention(model: nn.Module, explicit: bool = True) -> Iterator[nn.Module]:
+    """Within the block, every ``SoftmaxAttention`` of ``model`` uses the explicit (or fused) path."""
+    modules = [m for m in model.modules() if isinstance(m, SoftmaxAttention)]
+    before = [m.explicit for m in modules]
+    for m in modules:
+        m.explicit = explicit
+    try:
+        yield model
+    finally:
+        for m, b in zip(modules, before):
+            m.explicit = b
+
+
+def flash_attn_available() -> bool:
+    """Whether the optional ``flash-attn`` package is importable (never required).
+
+    ``F.scaled_dot_product_attention`` already dispatches to flash kernels on supported GPUs, so the
+    package only matters to users who want its specific kernels; we report it in benchmarks.
+    """
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+ATTENTIONS: dict[str, type[nn.Module]] = {"softmax": SoftmaxAttention}

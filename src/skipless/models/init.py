@@ -1,0 +1,116 @@
+"""Initialisations of the skipless ViT (Ji et al., "Cutting the Skip", Section 5).
+
+The paper writes a self-attention head with right-multiplied matrices,
+``SA(X) = softmax(X W^Q (X W^K)^T / sqrt(d_h)) X W^V W^O``. timm stores ``y = x W^T`` Linear layers
+and one fused ``qkv`` Linear whose weight rows are ``[Q; K; V]``, each head-major. Hence
+
+    W^Q   = qkv.weight[0:d].T          W^Q_h = qkv.weight[h*d_h:(h+1)*d_h].T
+    W^K   = qkv.weight[d:2d].T         W^K_h = qkv.weight[d+h*d_h : d+(h+1)*d_h].T
+    W^V   = qkv.weight[2d:3d].T
+    W^O   = proj.weight.T
+
+``paper_matrices`` returns these views so that tests (and readers) check the mapping once.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+INITS = ("timm", "cutskip")
+
+
+def paper_matrices(attn: nn.Module) -> dict[str, torch.Tensor]:
+    """The paper's W^Q, W^K, W^V, W^O (each d x d) of a timm attention module, as new tensors."""
+    d = attn.proj.weight.shape[0]
+    w = attn.qkv.weight.detach()
+    return {"Q": w[:d].T.clone(), "K": w[d : 2 * d].T.clone(), "V": w[2 * d :].T.clone(),
+            "O": attn.proj.weight.detach().T.clone()}
+
+
+@torch.no_grad()
+def _scaled_orthogonal_value_output_(attn: nn.Module, c: float, gen: torch.Generator) -> None:
+    """Section 5.1: Q ~ N(0,1)^{d x d}, Q = U S V^T, W^V = c U, W^O = c V^T; biases zero.
+
+    Then W^V W^O = c^2 U V^T has all singular values equal to c^2 (condition number 1).
+    """
+    d = attn.proj.weight.shape[0]
+    q = torch.randn(d, d, generator=gen, dtype=torch.float64)
+    u, _, vt = torch.linalg.svd(q)
+    dtype = attn.qkv.weight.dtype
+    attn.qkv.weight[2 * d :] = (c * u).T.to(dtype)  # W^V = qkv.weight[2d:].T
+    attn.proj.weight.copy_((c * vt).T.to(dtype))  # W^O = proj.weight.T
+    if attn.qkv.bias is not None:
+        attn.qkv.bias[2 * d :] = 0.0
+    if attn.proj.bias is not None:
+        attn.proj.bias.zero_()
+
+
+@torch.no_grad()
+def _mimetic_query_key_(attn: nn.Module, alpha: float, beta: float, gen: torch.Generator) -> None:
+    """Section 5.2: per head, W^Q_h W^K_h^T = best rank-d_h approximation of alpha Z + beta I.
+
+    ``Z_ij ~ N(0, 1/d)``. With ``M_h = U S V^T``: ``W^Q_h = U[:, :d_h] S^1/2``,
+    ``W^K_h = V[:, :d_h] S^1/2`` (Eckart-Young). The identity term makes the logits diagonally
+    dominant, so the softmax is near the identity and well conditioned (Proposition 1).
+    """
+    d = attn.proj.weight.shape[0]
+    dh, heads = attn.head_dim, attn.num_heads
+    dtype = attn.qkv.weight.dtype
+    for h in range(heads):
+        z = torch.randn(d, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+        m = alpha * z + beta * torch.eye(d, dtype=torch.float64)
+        u, s, vt = torch.linalg.svd(m)
+        root = s[:dh].sqrt()
+        wq = u[:, :dh] * root  # (d, d_h)
+        wk = vt[:dh].T * root
+        attn.qkv.weight[h * dh : (h + 1) * dh] = wq.T.to(dtype)
+        attn.qkv.weight[d + h * dh : d + (h + 1) * dh] = wk.T.to(dtype)
+    if attn.qkv.bias is not None:
+        attn.qkv.bias[: 2 * d] = 0.0
+
+
+@torch.no_grad()
+def suo_(linear: nn.Linear, gen: torch.Generator) -> None:
+    """Scaled uniform orthogonal (Martens et al. 2021): a Haar-random (semi-)orthogonal matrix
+    times ``max(1, sqrt(fan_out / fan_in))``; bias zero.
+
+    For ``W`` of shape (out, in): if out >= in, ``W^T W = s^2 I``; otherwise ``W W^T = s^2 I``.
+    """
+    out_f, in_f = linear.weight.shape
+    g = torch.randn(max(out_f, in_f), min(out_f, in_f), generator=gen, dtype=torch.float64)
+    q, r = torch.linalg.qr(g)
+    q = q * torch.sign(torch.diagonal(r))  # sign fix: makes Q Haar-distributed
+    w = q if out_f >= in_f else q.T
+    scale = max(1.0, math.sqrt(out_f / in_f))
+    linear.weight.copy_((scale * w).to(linear.weight.dtype))
+    if linear.bias is not None:
+        linear.bias.zero_()
+
+
+def cutskip_init_(model: nn.Module, alpha: float = 1.8, beta: float = 1.0, c: float = 3.0,
+                  seed: int | None = None) -> None:
+    """The paper's initialisation of every block, applied after timm's own init.
+
+    Defaults are the paper's DINO ViT-S values (Section 6.2: alpha 1.8, beta 1, c 3); supervised
+    ViT-B used alpha 2, beta 0.6, c 3 (Section 6.1). The paper reports little sensitivity to them.
+    Draws from torch's global generator unless ``seed`` is given.
+    """
+    gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
+    for block in model.blocks:
+        _scaled_orthogonal_value_output_(block.attn, c, gen)
+        _mimetic_query_key_(block.attn, alpha, beta, gen)
+        suo_(block.mlp.fc1, gen)
+        suo_(block.mlp.fc2, gen)
+
+
+@torch.no_grad()
+def zero_output_projections_(model: nn.Module) -> None:
+    """Decayed shortcuts (seed 002): zero the output projections of attention and MLP, so every
+    block starts as its scaled shortcut."""
+    for block in model.blocks:
+        for lin in (block.attn.proj, block.mlp.fc2):
+            lin.weight.zero_()
+            if lin.bias is not None:
+                lin.bias.zero_()

@@ -1,0 +1,124 @@
+"""The ViT family: timm's ``VisionTransformer`` with a residual mode per block.
+
+``create_vit`` is the one factory. It returns a ``SkiplessViT``, a timm ``VisionTransformer`` built
+with our ``ResidualBlock`` and ``SoftmaxAttention``; parameter names are timm's, so a plain timm
+state dict (for example DINO's released ViT-S/16) loads into the ``skip`` model unchanged.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from timm.models.vision_transformer import VisionTransformer
+
+from .attention import ATTENTIONS
+from .block import RESIDUAL_MODES, ResidualBlock, decayed_gains
+from .init import INITS, cutskip_init_, zero_output_projections_
+
+# Architectures by name (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti/S).
+ARCHS: dict[str, dict[str, int]] = {
+    "vit_tiny": dict(embed_dim=192, depth=12, num_heads=3),
+    "vit_small": dict(embed_dim=384, depth=12, num_heads=6),
+    "vit_base": dict(embed_dim=768, depth=12, num_heads=12),
+}
+
+
+def _check_choice(kind: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {kind} {value!r}; expected one of: {', '.join(choices)}")
+
+
+class SkiplessViT(VisionTransformer):
+    """A timm ``VisionTransformer`` that remembers the ``create_vit`` arguments that built it.
+
+    ``skipless_args`` travels with the weights (``save_backbone``) so evaluators rebuild the exact
+    model instead of guessing it.
+    """
+
+    skipless_args: dict[str, Any]
+
+    @property
+    def residual(self) -> str:
+        return self.skipless_args["residual"]
+
+
+def create_vit(
+    arch: str = "vit_small",
+    *,
+    residual: str = "skip",
+    init: str = "timm",
+    attention: str = "softmax",
+    init_args: dict[str, float] | None = None,
+    alpha_min: float = 0.6,
+    **overrides: Any,
+) -> SkiplessViT:
+    """Build a ViT of the skipless family.
+
+    Args:
+        arch: ``vit_tiny`` | ``vit_small`` | ``vit_base`` (patch 16 unless ``patch_size`` is overridden).
+        residual: ``skip`` | ``skipless`` | ``decayed`` | ``attn-skip`` | ``mlp-skip`` (see ``block.py``).
+        init: ``timm`` (truncated normal) | ``cutskip`` (the paper's Section 5, after timm's init).
+        attention: ``softmax``.
+        init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` (defaults 1.8, 1.0, 3.0: DINO ViT-S).
+        alpha_min: for ``decayed``: the last shortcut coefficient (Zhang et al. use 0.6).
+        overrides: timm ``VisionTransformer`` arguments, e.g. ``patch_size``, ``img_size``,
+            ``drop_path_rate``, ``num_classes``, ``depth``.
+
+    Returns:
+        A ``SkiplessViT`` with no classifier head by default (``model(x)`` is the normalised CLS
+        feature), dynamic image size (any multiple of the patch size works; position embeddings
+        are interpolated), and ``skipless_args`` set to the arguments that rebuild it.
+    """
+    _check_choice("arch", arch, ARCHS)
+    _check_choice("residual mode", residual, RESIDUAL_MODES)
+    _check_choice("init", init, INITS)
+    _check_choice("attention", attention, ATTENTIONS)
+    init_args = {"alpha": 1.8, "beta": 1.0, "c": 3.0, **(init_args or {})}
+    unknown = set(init_args) - {"alpha", "beta", "c"}
+    if unknown:
+        raise ValueError(f"unknown init_args {sorted(unknown)}; expected alpha, beta, c")
+
+    kwargs: dict[str, Any] = dict(
+        img_size=224, patch_size=16, num_classes=0, dynamic_img_size=True, **ARCHS[arch]
+    )
+    kwargs.update(overrides)
+    depth = kwargs["depth"]
+    gains = decayed_gains(depth, alpha_min)
+    # timm passes a per-block drop-path rate; our block forces it to 0 where there is no shortcut.
+    blocks = iter(range(depth))
+
+    def block_fn(**block_kwargs):
+        i = next(blocks)
+        return ResidualBlock(residual=residual, shortcut_gains=tuple(gains[i].tolist()), **block_kwargs)
+
+    model = SkiplessViT(block_fn=block_fn, attn_layer=ATTENTIONS[attention], **kwargs)
+    if init == "cutskip":
+        cutskip_init_(model, **init_args)
+    if residual == "decayed":
+        zero_output_projections_(model)
+    model.skipless_args = dict(
+        arch=arch, residual=residual, init=init, attention=attention,
+        init_args=init_args, alpha_min=alpha_min, **overrides,
+    )
+    return model
+
+
+def backbone_args(model: SkiplessViT) -> dict[str, Any]:
+    """The ``create_vit`` arguments that rebuild ``model`` (a copy)."""
+    return dict(model.skipless_args)
+
+
+def drop_path_rates(model: SkiplessViT) -> list[tuple[float, float]]:
+    """Per block, the drop-path probabilities in force on (attention, MLP) branches."""
+    return [blk.drop_path_rates() for blk in model.blocks]
+
+
+def freeze_for_eval(model: torch.nn.Module, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """Move a backbone to ``device``, in eval mode, with every parameter frozen (evaluators)."""
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+__all__ = ["ARCHS", "SkiplessViT", "create_vit", "backbone_args", "drop_path_rates", "freeze_for_eval"]

@@ -1,0 +1,57 @@
+"""The feature API against independent computations."""
+import pytest
+import torch
+
+from skipless.models import create_vit, extract_features, patch_grid
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return create_vit("vit_tiny", residual="skipless", init="cutskip", depth=4).eval()
+
+
+def test_block_outputs_match_timm_forward_intermediates(model):
+    x = torch.randn(2, 3, 48, 64)
+    feats = extract_features(model, x, layers="all", kinds=("out",))
+    with torch.no_grad():
+        ref = model.forward_intermediates(x, indices=[0, 1, 2, 3], norm=False, output_fmt="NLC",
+                                          intermediates_only=True, return_prefix_tokens=False)
+    for i, r in enumerate(ref):
+        # timm returns patch tokens only; ours keeps the CLS token first
+        torch.testing.assert_close(feats[("out", i)][:, 1:], r)
+
+
+def test_keys_queries_values_match_a_direct_projection(model):
+    x = torch.randn(1, 3, 32, 32)
+    feats = extract_features(model, x, layers=[2], kinds=("q", "k", "v", "out"))
+    h = extract_features(model, x, layers=[1], kinds=("out",))[("out", 1)]
+    qkv = model.blocks[2].attn.qkv(model.blocks[2].norm1(h))
+    d = model.embed_dim
+    for i, kind in enumerate("qkv"):
+        torch.testing.assert_close(feats[(kind, 2)], qkv[..., i * d:(i + 1) * d])
+
+
+def test_attention_probabilities_sum_to_one_and_drive_the_output(model):
+    x = torch.randn(1, 3, 32, 48)
+    feats = extract_features(model, x, layers=[-1], kinds=("attn", "v"))
+    a = feats[("attn", 3)]
+    assert a.shape == (1, 3, 7, 7)
+    torch.testing.assert_close(a.sum(-1), torch.ones(1, 3, 7))
+    # capture is switched off afterwards
+    assert all(not b.attn.capture and not b.attn.captured for b in model.blocks)
+
+
+def test_negative_and_out_of_range_layers(model):
+    x = torch.randn(1, 3, 32, 32)
+    assert set(extract_features(model, x, layers=[-1, -2])) == {("out", 2), ("out", 3)}
+    with pytest.raises(ValueError, match="out of range"):
+        extract_features(model, x, layers=[4])
+    with pytest.raises(ValueError, match="unknown feature kinds"):
+        extract_features(model, x, kinds=("keys",))
+
+
+def test_patch_grid_rejects_sizes_off_the_patch_grid(model):
+    assert patch_grid(model, 48, 64) == (3, 4)
+    with pytest.raises(ValueError, match="multiple of the patch size"):
+        patch_grid(model, 50, 64)
