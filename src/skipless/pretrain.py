@@ -1,0 +1,127 @@
+"""DINO pretraining: ``python -m skipless.pretrain [model=skipless] [optim=soap] [key=value ...]``.
+
+Flow: config -> ``runs/<name>/`` (resolved ``config.yaml``, TensorBoard events, checkpoints,
+``backbone.pt`` = the teacher backbone in timm's names) -> evaluators read ``backbone.pt``.
+``make pretrain`` calls this with MODEL/OPT/DATA/GPUS/NODES/RESUME/ARGS mapped onto the config.
+"""
+from __future__ import annotations
+
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Sequence
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig
+
+from .config import ConfigError, load_config, save_config
+from .data.errors import DatasetNotFoundError
+from .models import create_vit
+from .ssl.dino_module import DINO
+from .ssl.errors import DivergenceError
+from .training.callbacks import ExportTeacher, KNNMonitor, RNGState
+from .training.checkpoint_io import AtomicCheckpointIO
+from .training.data import knn_loaders, pretrain_dataset, pretrain_loader
+
+
+def run_dir_of(cfg: DictConfig) -> Path:
+    name = cfg.run.name or f"{cfg.model.name}-{cfg.optim.name}-{cfg.data.name}"
+    return Path(cfg.run.root) / name
+
+
+def backbone_factory(cfg: DictConfig, drop_path_rate: float):
+    """The student/teacher backbone of ``cfg.model`` (the teacher is built with drop-path 0)."""
+    m = cfg.model
+    extra = {} if m.depth is None else {"depth": int(m.depth)}
+    return create_vit(m.arch, residual=m.residual, init=m.init, attention=m.attention,
+                      init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
+                      drop_path_rate=drop_path_rate, **extra)
+
+
+def _precision(cfg: DictConfig) -> str:
+    if cfg.train.precision != "auto":
+        return str(cfg.train.precision)
+    gpu = cfg.train.accelerator in ("gpu", "cuda") or (cfg.train.accelerator == "auto" and torch.cuda.is_available())
+    return "bf16-mixed" if gpu else "32-true"
+
+
+def _strategy(cfg: DictConfig) -> str:
+    if cfg.train.strategy != "auto":
+        return str(cfg.train.strategy)
+    return "ddp" if int(cfg.train.devices) * int(cfg.train.num_nodes) > 1 else "auto"
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
+    callbacks: list[pl.Callback] = [
+        RNGState(),
+        ExportTeacher(run_dir, keep_every=cfg.train.export_every_n_epochs),
+        ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="epoch{epoch:03d}", auto_insert_metric_name=False,
+                        save_last=True, save_top_k=-1 if cfg.train.keep_checkpoints else 0, every_n_epochs=1),
+        TQDMProgressBar(refresh_rate=1),
+        *extra_callbacks,
+    ]
+    loaders = knn_loaders(cfg) if cfg.train.knn_every_n_epochs else None
+    if loaders is not None:
+        callbacks.append(KNNMonitor(loaders[0], loaders[1], every=cfg.train.knn_every_n_epochs,
+                                    k=cfg.train.knn_k, num_classes=loaders[2]))
+    return pl.Trainer(
+        default_root_dir=run_dir,
+        accelerator=cfg.train.accelerator,
+        devices=cfg.train.devices,
+        num_nodes=cfg.train.num_nodes,
+        strategy=_strategy(cfg),
+        precision=_precision(cfg),
+        max_epochs=cfg.train.epochs,
+        max_steps=cfg.train.max_steps,
+        limit_train_batches=cfg.train.limit_train_batches,
+        logger=TensorBoardLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
+        callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
+        log_every_n_steps=cfg.train.log_every_n_steps,
+        num_sanity_val_steps=0,
+        enable_model_summary=False,
+    )
+
+
+def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, DINO]:
+    """Run (or resume) the pretraining described by ``cfg``; returns the trainer and the module."""
+    run_dir = run_dir_of(cfg)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    if cfg.run.resume and not last.is_file():
+        raise FileNotFoundError(f"RESUME=1 but there is no checkpoint to resume at {last}; "
+                                "start the run without RESUME or name the run with run.name=")
+    pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
+    dataset = pretrain_dataset(cfg)
+    loader = pretrain_loader(cfg, dataset)
+    trainer = build_trainer(cfg, run_dir, extra_callbacks)
+    if trainer.is_global_zero:
+        save_config(cfg, run_dir)
+    steps_per_epoch = len(loader)
+    if cfg.train.limit_train_batches != 1.0:
+        lim = cfg.train.limit_train_batches
+        steps_per_epoch = int(lim) if lim > 1 else max(1, int(steps_per_epoch * lim))
+    module = DINO(cfg, partial(backbone_factory, cfg), steps_per_epoch=steps_per_epoch)
+    trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if cfg.run.resume else None)
+    return trainer, module
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = load_config("pretrain", argv)
+        run_dir = run_dir_of(cfg)
+        print(f"skipless pretrain: model={cfg.model.name} optim={cfg.optim.name} data={cfg.data.name} -> {run_dir}",
+              flush=True)
+        pretrain(cfg)
+    except (ConfigError, DatasetNotFoundError, DivergenceError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"done: teacher backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

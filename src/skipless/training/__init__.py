@@ -1,0 +1,1 @@
+"""What a pretraining run needs around the DINO LightningModule: data, callbacks, checkpoint I/O."""

@@ -1,0 +1,91 @@
+"""Callbacks of a pretraining run: RNG state in checkpoints, the teacher export, the k-NN monitor."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from ..analysis.knn import knn_accuracy
+from ..models import create_vit, save_backbone
+
+
+class RNGState(pl.Callback):
+    """Stores Python, NumPy and torch RNG states in every checkpoint and restores them on resume,
+    so a resumed run draws the same crops and shuffles as an uninterrupted one."""
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        random.setstate(state["python"])
+        np.random.set_state(state["numpy"])
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class ExportTeacher(pl.Callback):
+    """Writes the teacher backbone (timm names + create_vit arguments) to ``<run>/backbone.pt`` at
+    every epoch end, and to ``<run>/backbone-epoch<N>.pt`` every ``keep_every`` epochs."""
+
+    def __init__(self, run_dir: str | Path, keep_every: int = 0) -> None:
+        self.run_dir = Path(run_dir)
+        self.keep_every = keep_every
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        epoch = trainer.current_epoch + 1
+        extra = {"epoch": epoch, "step": trainer.global_step}
+        teacher = pl_module.teacher_backbone()
+        save_backbone(self.run_dir / "backbone.pt", teacher, extra=extra)
+        if self.keep_every and epoch % self.keep_every == 0:
+            save_backbone(self.run_dir / f"backbone-epoch{epoch}.pt", teacher, extra=extra)
+
+
+class KNNMonitor(pl.Callback):
+    """k-NN top-1 accuracy of the teacher's CLS features (``knn/teacher``), every ``every`` epochs
+    and at the last one; a freshly initialised backbone of the same architecture is scored once
+    at the start (``knn/random``) so the curve has its floor beside it."""
+
+    def __init__(self, train_batches: Callable[[], Iterable], val_batches: Callable[[], Iterable],
+                 every: int = 1, k: int = 20, num_classes: int | None = None) -> None:
+        self.train_batches, self.val_batches = train_batches, val_batches
+        self.every, self.k, self.num_classes = every, k, num_classes
+        self.history: list[tuple[int, float]] = []
+        self.random_accuracy: float | None = None
+
+    def _score(self, backbone, device) -> float:
+        return knn_accuracy(backbone, self.train_batches, self.val_batches, device, k=self.k,
+                            num_classes=self.num_classes)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero or self.random_accuracy is not None:
+            return
+        args = dict(pl_module.teacher_backbone().skipless_args)
+        fresh = create_vit(args.pop("arch"), **args).to(pl_module.device)
+        self.random_accuracy = self._score(fresh, pl_module.device)
+        _log_scalar(trainer, "knn/random", self.random_accuracy)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch = trainer.current_epoch + 1
+        last = epoch == trainer.max_epochs
+        if not trainer.is_global_zero or not (last or (self.every and epoch % self.every == 0)):
+            return
+        acc = self._score(pl_module.teacher_backbone(), pl_module.device)
+        self.history.append((epoch, acc))
+        _log_scalar(trainer, "knn/teacher", acc)
+        rnd = f" (random init: {self.random_accuracy:.3f})" if self.random_accuracy is not None else ""
+        print(f"epoch {epoch}: k-NN top-1 of the teacher {acc:.3f}{rnd}", flush=True)
+
+
+def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:
+    for logger in trainer.loggers:
+        logger.log_metrics({name: value}, step=trainer.global_step)

@@ -1,0 +1,85 @@
+"""Datasets and loaders of a pretraining run, chosen by ``cfg.data.name``.
+
+``default``: the embedded generated scenes (VOC layout, generated on first use); pretraining reads
+the train split's images, and the k-NN monitor labels train and val images with their dominant
+object class. ``imagenet``: an ImageNet-style folder at ``cfg.data.root`` (labels unused).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from omegaconf import DictConfig
+from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms
+
+from ..data.image_folder import ImageFolderDataset, VOCImages
+from ..data.synthetic import ensure_default
+from ..data.voc import VOCClassification
+from ..ssl.multicrop import MultiCropAugmentation, collate_multicrop
+
+DATASETS = ("default", "imagenet")
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+class _Transformed(Dataset):
+    """Applies a transform to the image of each item of a dataset (the image is item or item[0])."""
+
+    def __init__(self, base: Dataset, transform: Callable, with_label: bool = False) -> None:
+        self.base, self.transform, self.with_label = base, transform, with_label
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int):
+        item = self.base[i]
+        if self.with_label:
+            image, label = item[0], item[1]
+            return self.transform(image), torch.tensor(label)
+        return self.transform(item[0] if isinstance(item, tuple) else item)
+
+
+def multicrop_from_config(cfg: DictConfig) -> MultiCropAugmentation:
+    d = cfg.dino
+    return MultiCropAugmentation(
+        global_crops_scale=tuple(d.global_crops_scale), local_crops_scale=tuple(d.local_crops_scale),
+        local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size)
+
+
+def pretrain_dataset(cfg: DictConfig) -> Dataset:
+    """Multi-crop views of the pretraining images; generates the default dataset if missing."""
+    name = cfg.data.name
+    if name not in DATASETS:
+        raise ValueError(f"unknown pretraining data {name!r}; expected one of: {', '.join(DATASETS)}")
+    aug = multicrop_from_config(cfg)
+    if name == "default":
+        root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,
+                              seed=cfg.data.seed)
+        return _Transformed(VOCImages(root, "train"), aug)
+    return ImageFolderDataset(cfg.data.root, transform=aug)
+
+
+def pretrain_loader(cfg: DictConfig, dataset: Dataset) -> DataLoader:
+    return DataLoader(dataset, batch_size=cfg.train.batch_size_per_device, shuffle=True, drop_last=True,
+                      num_workers=cfg.train.num_workers, collate_fn=collate_multicrop,
+                      pin_memory=torch.cuda.is_available(), persistent_workers=cfg.train.num_workers > 0)
+
+
+def knn_loaders(cfg: DictConfig) -> tuple[Callable, Callable, int] | None:
+    """(train batches, val batches, number of classes) for the k-NN monitor; None without labels."""
+    if cfg.data.name != "default":
+        return None
+    root = Path(cfg.data.root)
+    size = cfg.dino.global_crop_size
+    tf = transforms.Compose([
+        transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
+        transforms.CenterCrop(size), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    splits = {s: VOCClassification(root, s) for s in ("train", "val")}
+    num_classes = splits["train"].num_classes
+
+    def batches(split: str) -> Callable:
+        ds = _Transformed(splits[split], tf, with_label=True)
+        return lambda: DataLoader(ds, batch_size=64, num_workers=cfg.train.num_workers)
+
+    return batches("train"), batches("val"), num_classes

@@ -1,0 +1,110 @@
+"""Whole pretraining runs on a tiny generated dataset: presets x optimizers, resume, divergence."""
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from skipless.config import load_config, load_saved_config
+from skipless.models import load_backbone
+from skipless.pretrain import main, pretrain, run_dir_of
+from skipless.ssl.errors import DivergenceError
+
+TINY = [
+    "model.arch=vit_tiny", "model.depth=2",
+    "dino.out_dim=64", "dino.hidden_dim=64", "dino.bottleneck_dim=32",
+    "dino.global_crop_size=32", "dino.local_crop_size=16", "dino.local_crops_number=2",
+    "data.n_train=16", "data.n_val=8",
+    "train.batch_size_per_device=4", "train.num_workers=0", "train.log_every_n_steps=1",
+    "train.knn_k=3", "optim.warmup_epochs=1",
+]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def tiny_cfg(tmp_path: Path, data_root: Path, *extra: str):
+    return load_config("pretrain", [*TINY, f"data.root={data_root}", f"run.root={tmp_path / 'runs'}", *extra])
+
+
+class LossRecorder(pl.Callback):
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        self.losses.append(float(loss))
+
+
+@pytest.mark.parametrize("model", ["skip", "skipless", "skipless-plain", "decayed"])
+@pytest.mark.parametrize("optim", ["adamw", "soap"])
+def test_every_preset_trains_with_both_optimizers(tmp_path, data_root, model, optim):
+    cfg = tiny_cfg(tmp_path, data_root, f"model={model}", f"optim={optim}", "train.epochs=1",
+                   "train.knn_every_n_epochs=0")
+    rec = LossRecorder()
+    pretrain(cfg, extra_callbacks=[rec])
+    run = run_dir_of(cfg)
+    assert len(rec.losses) == 4 and all(torch.isfinite(torch.tensor(rec.losses)))
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    backbone = load_backbone(run / "backbone.pt")
+    assert backbone.skipless_args["residual"] == cfg.model.residual
+    assert load_saved_config(run / "config.yaml").model.name == model
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+
+
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, data_root):
+    straight = LossRecorder()
+    pretrain(tiny_cfg(tmp_path, data_root, "run.name=straight", "train.epochs=2"), extra_callbacks=[straight])
+    first, second = LossRecorder(), LossRecorder()
+    pretrain(tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=1"), extra_callbacks=[first])
+    # the resumed run is told the full schedule length from the start, as a user would restart it
+    pretrain(tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2", "run.resume=true"),
+             extra_callbacks=[second])
+    assert len(straight.losses) == 8 and len(first.losses) == 4 and len(second.losses) == 4
+    torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses),
+                               rtol=1e-5, atol=1e-6)
+
+
+class PoisonAt(pl.Callback):
+    """Writes a NaN into one student weight before the given global step."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                next(p for p in pl_module.parameters() if p.requires_grad).view(-1)[0] = float("nan")
+
+
+def test_divergence_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(tmp_path, data_root):
+    cfg = tiny_cfg(tmp_path, data_root, "train.epochs=3", "train.knn_every_n_epochs=0")
+    with pytest.raises(DivergenceError, match=r"step 5.*skipless"):
+        pretrain(cfg, extra_callbacks=[PoisonAt(5)])
+    run = run_dir_of(cfg)
+    ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
+    assert ckpt["global_step"] == 4
+    assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values() if v.is_floating_point())
+    assert all(torch.isfinite(p).all() for p in load_backbone(run / "backbone.pt").parameters())
+
+
+def test_knn_monitor_scores_teacher_and_random(tmp_path, data_root):
+    from skipless.training.callbacks import KNNMonitor
+    cfg = tiny_cfg(tmp_path, data_root, "train.epochs=1", "train.knn_every_n_epochs=1")
+    trainer, _ = pretrain(cfg)
+    knn = next(c for c in trainer.callbacks if isinstance(c, KNNMonitor))
+    assert knn.random_accuracy is not None and 0.0 <= knn.random_accuracy <= 1.0
+    assert [e for e, _ in knn.history] == [1]
+
+
+def test_cli_errors_are_one_sentence(tmp_path, capsys):
+    assert main(["model=nonsense"]) == 1
+    assert "expected one of: decayed, skip, skipless, skipless-plain" in capsys.readouterr().err
+    assert main(["optim=sgd"]) == 1
+    assert "expected one of: adamw, soap" in capsys.readouterr().err
+    assert main(["data=imagenet", f"data.root={tmp_path / 'absent'}"]) == 1
+    assert "data/README.md" in capsys.readouterr().err
+    assert main([f"run.root={tmp_path}", "run.resume=true"]) == 1
+    assert "no checkpoint to resume" in capsys.readouterr().err
