@@ -1,0 +1,77 @@
+"""Images of a folder tree for pretraining (ImageNet-style ``train/<class>/<image>`` or flat).
+
+Labels are unused (DINO is self-supervised), so any folder of images works. The file list is
+sorted, hence the same on every rank and every run. One unreadable image in a million must not
+stop a week of training: it is skipped (the next index is served instead), counted and reported
+once, never fatal.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+from PIL import Image, UnidentifiedImageError
+
+from .errors import CorruptImageWarning, missing_dataset
+from .voc import VOCImages
+
+__all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages"]
+
+EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+LAYOUT = "an image folder, <root>/<class>/<image>.jpg (ImageNet train/) or flat <root>/<image>.jpg"
+log = logging.getLogger(__name__)
+
+
+def list_images(root: Path) -> list[Path]:
+    """All image files under ``root``, recursively, by extension (any case), sorted."""
+    found = []
+    for folder, _dirs, files in os.walk(root, followlinks=True):
+        found.extend(Path(folder) / f for f in files if f.lower().endswith(EXTENSIONS))
+    return sorted(found)
+
+
+class ImageFolderDataset:
+    """Every image under ``root``, as a PIL RGB image or ``transform(image)``.
+
+    Attributes:
+        files: the sorted image paths.
+        skipped: how many reads failed in this process (each worker process counts its own).
+    """
+
+    def __init__(self, root: str | os.PathLike, transform: Callable[[Image.Image], Any] | None = None) -> None:
+        self.root = Path(root)
+        if not self.root.is_dir():
+            raise missing_dataset("image folder", self.root, LAYOUT)
+        self.files = list_images(self.root)
+        if not self.files:
+            raise missing_dataset(f"image folder (no {'/'.join(e[1:] for e in EXTENSIONS)} files)",
+                                  self.root, LAYOUT)
+        self.transform = transform
+        self.skipped = 0
+        self._reported: set[Path] = set()
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> Any:
+        for step in range(len(self.files)):
+            path = self.files[(index + step) % len(self.files)]
+            try:
+                with Image.open(path) as image:
+                    image = image.convert("RGB")  # decodes fully: truncated files fail here
+            except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
+                self._skip(path, error)
+                continue
+            return self.transform(image) if self.transform is not None else image
+        raise RuntimeError(f"no image under {self.root} could be read ({self.skipped} failures)")
+
+    def _skip(self, path: Path, error: Exception) -> None:
+        self.skipped += 1
+        if path not in self._reported:
+            self._reported.add(path)
+            message = f"skipping unreadable image {path} ({type(error).__name__}: {error})"
+            warnings.warn(message, CorruptImageWarning, stacklevel=3)
+            log.warning(message)
