@@ -1,0 +1,88 @@
+"""Per-step schedules of DINO (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers",
+ICCV 2021): learning rate, weight decay and teacher momentum follow ``cosine_schedule``; the teacher
+temperature follows ``linear_then_constant``.
+
+Both return one value per optimisation step (``epochs * steps_per_epoch`` values), precomputed as in
+DINO's ``utils.cosine_scheduler`` so that a resumed run indexes the same array at its global step.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _check_lengths(epochs: int, steps_per_epoch: int, warmup_epochs: int) -> None:
+    for name, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+    if int(warmup_epochs) != warmup_epochs or warmup_epochs < 0:
+        raise ValueError(f"warmup_epochs must be a non-negative integer, got {warmup_epochs}")
+    if warmup_epochs > epochs:
+        raise ValueError(f"the warm-up ({warmup_epochs} epochs) is longer than the training ({epochs} epochs)")
+
+
+def cosine_schedule(
+    base_value: float,
+    final_value: float,
+    epochs: int,
+    steps_per_epoch: int,
+    warmup_epochs: int = 0,
+    start_warmup_value: float = 0.0,
+) -> np.ndarray:
+    """Linear warm-up then cosine decay, one value per step (DINO's ``cosine_scheduler``).
+
+    The warm-up goes linearly from ``start_warmup_value`` to ``base_value`` over
+    ``W = warmup_epochs * steps_per_epoch`` steps, both ends included (``np.linspace``). The remaining
+    ``n`` steps follow ``final + 0.5 * (base - final) * (1 + cos(pi * i / n))`` for ``i = 0 .. n-1``, so
+    the last value is just above ``final_value``, as in DINO.
+
+    Args:
+        base_value: value at the end of the warm-up and start of the cosine (peak lr, initial wd ...).
+        final_value: value the cosine approaches at the end of training.
+        epochs: training epochs.
+        steps_per_epoch: optimisation steps per epoch.
+        warmup_epochs: epochs of linear warm-up (0: none).
+        start_warmup_value: value at the first warm-up step.
+
+    Returns:
+        float64 array of length ``epochs * steps_per_epoch``.
+
+    Raises:
+        ValueError: on non-positive lengths or a warm-up longer than the training.
+    """
+    _check_lengths(epochs, steps_per_epoch, warmup_epochs)
+    total, warmup = int(epochs) * int(steps_per_epoch), int(warmup_epochs) * int(steps_per_epoch)
+    warm = np.linspace(start_warmup_value, base_value, warmup)
+    i = np.arange(total - warmup)
+    cosine = final_value + 0.5 * (base_value - final_value) * (1.0 + np.cos(math.pi * i / max(len(i), 1)))
+    return np.concatenate((warm, cosine)).astype(np.float64)
+
+
+def linear_then_constant(
+    start: float, end: float, warmup_epochs: int, epochs: int, steps_per_epoch: int
+) -> np.ndarray:
+    """Linear warm-up from ``start`` to ``end`` over ``warmup_epochs`` epochs, then ``end``; one value per step.
+
+    DINO's teacher temperature (``warmup_teacher_temp`` -> ``teacher_temp``): like DINO the value changes
+    per epoch, ``np.linspace(start, end, warmup_epochs)`` (so the last warm-up epoch already uses
+    ``end``), and is repeated over the steps of each epoch so that callers index it by global step like
+    the other schedules.
+
+    Args:
+        start: value in the first epoch (DINO: 0.04).
+        end: value from the last warm-up epoch on (DINO: 0.04 vanilla, 0.07 long recipe).
+        warmup_epochs: epochs of warm-up (DINO: 30; 0: constant ``end``).
+        epochs: training epochs.
+        steps_per_epoch: optimisation steps per epoch.
+
+    Returns:
+        float64 array of length ``epochs * steps_per_epoch``.
+
+    Raises:
+        ValueError: on non-positive lengths or a warm-up longer than the training.
+    """
+    _check_lengths(epochs, steps_per_epoch, warmup_epochs)
+    per_epoch = np.concatenate((np.linspace(start, end, int(warmup_epochs)),
+                                np.full(int(epochs) - int(warmup_epochs), float(end))))
+    return np.repeat(per_epoch, int(steps_per_epoch)).astype(np.float64)
