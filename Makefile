@@ -52,7 +52,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
 
 data: $(STAMP) ## generate the embedded default dataset into data/ (if missing)
-	$(PY) -m skipless.data.synthetic --root $${DATA_ROOT:-data}
+	$(PY) -m skipless.data.synthetic --root data/default
 
 pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)

@@ -54,12 +54,25 @@ def test_every_preset_trains_with_both_optimizers(tmp_path, data_root, model, op
     assert list((run / "tb").glob("events.out.tfevents.*"))
 
 
+class StopAfterEpoch(pl.Callback):
+    """Interrupts a run at the end of an epoch, after its checkpoint (a pre-empted job)."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch + 1 == self.epoch:
+            trainer.should_stop = True
+
+
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, data_root):
     straight = LossRecorder()
     pretrain(tiny_cfg(tmp_path, data_root, "run.name=straight", "train.epochs=2"), extra_callbacks=[straight])
     first, second = LossRecorder(), LossRecorder()
-    pretrain(tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=1"), extra_callbacks=[first])
-    # the resumed run is told the full schedule length from the start, as a user would restart it
+    cfg = tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2")
+    pretrain(cfg, extra_callbacks=[first, StopAfterEpoch(1)])
+    ckpt = torch.load(run_dir_of(cfg) / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
+    assert ckpt["global_step"] == 4
     pretrain(tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2", "run.resume=true"),
              extra_callbacks=[second])
     assert len(straight.losses) == 8 and len(first.losses) == 4 and len(second.losses) == 4

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
@@ -22,7 +22,7 @@ from .data.errors import DatasetNotFoundError
 from .models import create_vit
 from .ssl.dino_module import DINO
 from .ssl.errors import DivergenceError
-from .training.callbacks import ExportTeacher, KNNMonitor, RNGState
+from .training.callbacks import DivergenceGuard, EpochCheckpoint, ExportTeacher, KNNMonitor, RNGState
 from .training.checkpoint_io import AtomicCheckpointIO
 from .training.data import knn_loaders, pretrain_dataset, pretrain_loader
 
@@ -56,10 +56,10 @@ def _strategy(cfg: DictConfig) -> str:
 
 def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
     callbacks: list[pl.Callback] = [
+        DivergenceGuard(),  # first: a non-finite model is never exported nor checkpointed
         RNGState(),
         ExportTeacher(run_dir, keep_every=cfg.train.export_every_n_epochs),
-        ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="epoch{epoch:03d}", auto_insert_metric_name=False,
-                        save_last=True, save_top_k=-1 if cfg.train.keep_checkpoints else 0, every_n_epochs=1),
+        EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints),
         TQDMProgressBar(refresh_rate=1),
         *extra_callbacks,
     ]
@@ -79,6 +79,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.C
         limit_train_batches=cfg.train.limit_train_batches,
         logger=TensorBoardLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
         callbacks=callbacks,
+        enable_checkpointing=False,  # EpochCheckpoint writes them
         plugins=[AtomicCheckpointIO()],
         log_every_n_steps=cfg.train.log_every_n_steps,
         num_sanity_val_steps=0,
@@ -99,11 +100,7 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     trainer = build_trainer(cfg, run_dir, extra_callbacks)
     if trainer.is_global_zero:
         save_config(cfg, run_dir)
-    steps_per_epoch = len(loader)
-    if cfg.train.limit_train_batches != 1.0:
-        lim = cfg.train.limit_train_batches
-        steps_per_epoch = int(lim) if lim > 1 else max(1, int(steps_per_epoch * lim))
-    module = DINO(cfg, partial(backbone_factory, cfg), steps_per_epoch=steps_per_epoch)
+    module = DINO(cfg, partial(backbone_factory, cfg))
     trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if cfg.run.resume else None)
     return trainer, module
 

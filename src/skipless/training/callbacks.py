@@ -1,4 +1,5 @@
-"""Callbacks of a pretraining run: RNG state in checkpoints, the teacher export, the k-NN monitor."""
+"""Callbacks of a pretraining run: the divergence guard, RNG state in checkpoints, epoch-end
+checkpoints, the teacher export, the k-NN monitor."""
 from __future__ import annotations
 
 import random
@@ -11,6 +12,20 @@ import torch
 
 from ..analysis.knn import knn_accuracy
 from ..models import create_vit, save_backbone
+from ..ssl.dino_module import divergence_message
+from ..ssl.errors import DivergenceError
+
+
+class DivergenceGuard(pl.Callback):
+    """Stops the run when a parameter is non-finite at an epoch end, before anything is exported or
+    checkpointed (it must come first in the callback list), so the last good checkpoint survives.
+    The per-step loss check lives in ``DINO.training_step``."""
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        bad = next((n for n, p in pl_module.named_parameters() if not torch.isfinite(p).all()), None)
+        if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
+            raise DivergenceError(divergence_message(pl_module.cfg, trainer.global_step,
+                                                     f"non-finite parameter {bad or 'on another rank'}"))
 
 
 class RNGState(pl.Callback):
@@ -18,17 +33,38 @@ class RNGState(pl.Callback):
     so a resumed run draws the same crops and shuffles as an uninterrupted one."""
 
     def state_dict(self) -> dict[str, Any]:
-        state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        # Only tensors, ints, strings and tuples: Lightning loads checkpoints with weights_only=True.
+        name, keys, pos, has_gauss, cached = np.random.get_state()
+        state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+                 "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))}
         if torch.cuda.is_available():
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         random.setstate(state["python"])
-        np.random.set_state(state["numpy"])
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
         torch.set_rng_state(state["torch"])
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class EpochCheckpoint(pl.Callback):
+    """Writes ``<dir>/last.ckpt`` at every epoch end (and ``epoch<N>.ckpt`` when ``keep_all``).
+
+    Lightning's ``ModelCheckpoint`` only refreshes ``last.ckpt`` together with a top-k save; this
+    states the rule plainly. Files are written atomically by ``AtomicCheckpointIO``; every rank
+    calls ``save_checkpoint`` (rank 0 writes).
+    """
+
+    def __init__(self, dirpath: str | Path, keep_all: bool = False) -> None:
+        self.dirpath, self.keep_all = Path(dirpath), keep_all
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        trainer.save_checkpoint(self.dirpath / "last.ckpt")
+        if self.keep_all:
+            trainer.save_checkpoint(self.dirpath / f"epoch{trainer.current_epoch + 1:03d}.ckpt")
 
 
 class ExportTeacher(pl.Callback):
@@ -63,14 +99,19 @@ class KNNMonitor(pl.Callback):
         self.random_accuracy: float | None = None
 
     def _score(self, backbone, device) -> float:
-        return knn_accuracy(backbone, self.train_batches, self.val_batches, device, k=self.k,
+        # On a forked RNG: the monitor must not change the crops the training draws next, or a
+        # resumed run (which skips this epoch's monitor) would see other crops than a straight one.
+        with torch.random.fork_rng(devices=[]):
+            return knn_accuracy(backbone, self.train_batches, self.val_batches, device, k=self.k,
                             num_classes=self.num_classes)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero or self.random_accuracy is not None:
             return
         args = dict(pl_module.teacher_backbone().skipless_args)
-        fresh = create_vit(args.pop("arch"), **args).to(pl_module.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            fresh = create_vit(args.pop("arch"), **args).to(pl_module.device)
         self.random_accuracy = self._score(fresh, pl_module.device)
         _log_scalar(trainer, "knn/random", self.random_accuracy)
 

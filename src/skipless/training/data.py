@@ -17,10 +17,9 @@ from torchvision import transforms
 from ..data.image_folder import ImageFolderDataset, VOCImages
 from ..data.synthetic import ensure_default
 from ..data.voc import VOCClassification
-from ..ssl.multicrop import MultiCropAugmentation, collate_multicrop
+from ..ssl.multicrop import IMAGENET_MEAN, IMAGENET_STD, MultiCropAugmentation, collate_multicrop
 
 DATASETS = ("default", "imagenet")
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 class _Transformed(Dataset):
@@ -63,7 +62,9 @@ def pretrain_dataset(cfg: DictConfig) -> Dataset:
 def pretrain_loader(cfg: DictConfig, dataset: Dataset) -> DataLoader:
     return DataLoader(dataset, batch_size=cfg.train.batch_size_per_device, shuffle=True, drop_last=True,
                       num_workers=cfg.train.num_workers, collate_fn=collate_multicrop,
-                      pin_memory=torch.cuda.is_available(), persistent_workers=cfg.train.num_workers > 0)
+                      pin_memory=torch.cuda.is_available(),
+                      # fresh workers each epoch, seeded from the (checkpointed) RNG: exact resume
+                      persistent_workers=False)
 
 
 def knn_loaders(cfg: DictConfig) -> tuple[Callable, Callable, int] | None:

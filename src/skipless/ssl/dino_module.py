@@ -1,0 +1,203 @@
+"""DINO as one flat LightningModule (Caron et al. 2021; STYLE habit 7).
+
+Student = backbone + ``DINOHead`` on all crops; teacher = an EMA copy (no drop-path) on the 2 global
+crops; ``DINOLoss`` between them. Optimisation is manual so that the recipe reads in order in
+``training_step``: per-step lr / weight-decay / momentum from the schedules, loss, divergence guard,
+backward, per-parameter gradient clipping, last layer frozen during the first epoch(s), optimizer
+step, center update, EMA of the teacher.
+
+Recipe values live in ``configs/pretrain.yaml`` (SPEC section 3). The schedules are defined on the
+**global** batch: lr = base_lr * batch_per_device * world_size / 256, so any world size trains the
+same recipe; the center is all-reduced (``DINOLoss.update_center``).
+"""
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import lightning.pytorch as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from ..optim import build_optimizer
+from ..optim.schedules import cosine_schedule, linear_then_constant
+from .errors import DivergenceError
+from .head import DINOHead
+from .loss import DINOLoss
+from .multicrop import denormalize
+
+
+class MultiCropNet(nn.Module):
+    """Backbone + head over a list of crops: crops of equal size share one backbone pass (as DINO's
+    ``MultiCropWrapper``), then the head runs once on every CLS feature. Output rows are view-major."""
+
+    def __init__(self, backbone: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.backbone, self.head = backbone, head
+
+    def forward(self, crops: list[torch.Tensor]) -> torch.Tensor:
+        feats, start = [], 0
+        while start < len(crops):
+            end = start
+            while end < len(crops) and crops[end].shape[-2:] == crops[start].shape[-2:]:
+                end += 1
+            feats.append(self.backbone(torch.cat(crops[start:end])))
+            start = end
+        return self.head(torch.cat(feats))
+
+
+def param_groups(module: nn.Module) -> list[dict]:
+    """DINO's groups: weights decayed; biases and 1-D parameters (norms, gains) not. Frozen
+    parameters (the fixed ``weight_g``) are left out."""
+    decay, no_decay = [], []
+    for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if name.endswith(".bias") or p.ndim == 1 else decay).append(p)
+    return [{"params": decay, "name": "decay"}, {"params": no_decay, "name": "no_decay", "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def clip_gradients_per_parameter(params, max_norm: float) -> None:
+    """DINO's clipping: each parameter's gradient is scaled to norm at most ``max_norm`` on its own."""
+    for p in params:
+        if p.grad is not None:
+            norm = p.grad.norm(2)
+            p.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+
+
+class DINO(pl.LightningModule):
+    """DINO self-distillation of a skipless-family ViT.
+
+    Args:
+        cfg: the resolved pretraining config (``configs/pretrain.yaml`` + groups).
+        backbone_factory: ``drop_path_rate -> backbone``; called twice, for the student (with
+            ``cfg.model.drop_path_rate``) and the teacher (0).
+    """
+
+    def __init__(self, cfg: DictConfig, backbone_factory: Callable[[float], nn.Module]) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.automatic_optimization = False
+        d = cfg.dino
+        student = backbone_factory(float(cfg.model.drop_path_rate))
+        teacher = backbone_factory(0.0)
+        teacher.load_state_dict(student.state_dict())
+
+        def head():
+            return DINOHead(student.embed_dim, d.out_dim, d.hidden_dim, d.bottleneck_dim,
+                            use_bn=d.use_bn_in_head, norm_last_layer=d.norm_last_layer)
+
+        self.student = MultiCropNet(student, head())
+        self.teacher = MultiCropNet(teacher, head())
+        self.teacher.load_state_dict(self.student.state_dict())
+        self.teacher.requires_grad_(False)
+        self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
+                                center_momentum=d.center_momentum)
+        self.schedules: dict[str, torch.Tensor] = {}
+
+    # ---- the pieces other code uses -------------------------------------------------------------
+    def teacher_backbone(self) -> nn.Module:
+        """The teacher's backbone, the model evaluators use (DINO evaluates the teacher)."""
+        return self.teacher.backbone
+
+    def base_lr(self) -> float:
+        """Peak lr for the global batch: ``optim.lr * batch_per_device * world_size / 256`` (DINO)."""
+        world = self.trainer.world_size if self._trainer is not None else 1
+        return float(self.cfg.optim.lr) * self.cfg.train.batch_size_per_device * world / 256.0
+
+    # ---- Lightning hooks ------------------------------------------------------------------------
+    def configure_optimizers(self):
+        o, t = self.cfg.optim, self.cfg.train
+        # The train loader is set up here so its length (per rank, after DDP sharding and
+        # limit_train_batches) defines the per-step schedules.
+        if self.trainer.train_dataloader is None:
+            self.trainer.fit_loop.setup_data()
+        steps = int(self.trainer.num_training_batches)
+        epochs = int(t.epochs)
+        d = self.cfg.dino
+        self.schedules = {
+            "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
+            "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
+            "momentum": cosine_schedule(d.momentum_teacher, 1.0, epochs, steps),
+            "teacher_temp": linear_then_constant(d.warmup_teacher_temp, d.teacher_temp,
+                                                 d.warmup_teacher_temp_epochs, epochs, steps),
+        }
+        extra = {}
+        if o.name == "soap":
+            extra = dict(shampoo_beta=o.shampoo_beta, precondition_frequency=o.precondition_frequency,
+                         max_precond_dim=o.max_precond_dim, precondition_1d=o.precondition_1d)
+        return build_optimizer(o.name, param_groups(self.student), lr=float(self.schedules["lr"][0]),
+                               betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay, **extra)
+
+    def training_step(self, crops: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        step, epoch = self.global_step, self.current_epoch
+        i = min(step, len(self.schedules["lr"]) - 1)
+        lr, wd, momentum, temp = (float(self.schedules[k][i]) for k in ("lr", "wd", "momentum", "teacher_temp"))
+        opt = self.optimizers()
+        for group in opt.param_groups:
+            group["lr"] = lr
+            if group["name"] == "decay":
+                group["weight_decay"] = wd
+
+        if step == 0 and self.global_rank == 0:
+            self._log_crops(crops)
+        with torch.no_grad():
+            teacher_out = self.teacher(crops[:2])
+        student_out = self.student(crops)
+        loss, entropy = self.loss_fn(student_out, teacher_out, temp)
+        self._check_finite(loss, step)
+
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if self.cfg.optim.clip_grad:
+            clip_gradients_per_parameter(self.student.parameters(), self.cfg.optim.clip_grad)
+        if epoch < self.cfg.dino.freeze_last_layer_epochs:
+            for p in self.student.head.last_layer.parameters():
+                p.grad = None
+        opt.step()
+        self.loss_fn.update_center(teacher_out)
+        self._ema_update(momentum)
+
+        self.log_dict({"train/loss": loss.detach(), "train/kl_teacher_student": (loss - entropy).detach(),
+                       "train/teacher_entropy": entropy, "schedule/lr": lr, "schedule/weight_decay": wd,
+                       "schedule/momentum": momentum, "schedule/teacher_temp": temp},
+                      on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
+        self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True)
+        return loss.detach()
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["skipless_config"] = OmegaConf.to_container(self.cfg, resolve=True)
+
+    # ---- internals ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def _ema_update(self, momentum: float) -> None:
+        """teacher <- m * teacher + (1 - m) * student, over every parameter (DINO Eq. 2)."""
+        t = [p for p in self.teacher.parameters()]
+        s = [p.detach() for p in self.student.parameters()]
+        torch._foreach_mul_(t, momentum)
+        torch._foreach_add_(t, s, alpha=1.0 - momentum)
+
+    def _check_finite(self, loss: torch.Tensor, step: int) -> None:
+        finite = bool(torch.isfinite(loss))
+        if self._trainer is not None:  # every rank stops together, none hangs in an all-reduce
+            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
+        if not finite:
+            raise DivergenceError(divergence_message(self.cfg, step, f"loss {float(loss.detach())}"))
+
+    def _log_crops(self, crops: list[torch.Tensor]) -> None:
+        experiment = getattr(self.logger, "experiment", None)
+        if experiment is None or not hasattr(experiment, "add_images"):
+            return
+        experiment.add_images("crops/global", denormalize(torch.stack([c[0] for c in crops[:2]]).float()), 0)
+        if len(crops) > 2:
+            experiment.add_images("crops/local", denormalize(torch.stack([c[0] for c in crops[2:]]).float()), 0)
+
+
+def divergence_message(cfg: DictConfig, step: int, what: str) -> str:
+    """One sentence: where it diverged, with which model, and what to try."""
+    m, o = cfg.model, cfg.optim
+    return (f"training diverged at step {step} ({what}) for model {m.name} (residual {m.residual}, init {m.init}) "
+            f"with {o.name} at base lr {o.lr}; the run stopped and the last good checkpoint is kept, so lower "
+            f"the lr (ARGS=\"model.lr.{o.name}={float(o.lr) / 3:.2g}\") and resume or restart")

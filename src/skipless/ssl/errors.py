@@ -1,0 +1,5 @@
+"""Errors of a pretraining run that the user must see as one clear sentence (SPEC section 8)."""
+
+
+class DivergenceError(RuntimeError):
+    """The loss or the parameters became non-finite: the run stopped, its last good checkpoint is kept."""

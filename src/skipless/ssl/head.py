@@ -1,0 +1,58 @@
+"""The DINO projection head (Caron et al. 2021, Section 3 and Appendix): an MLP to a bottleneck,
+L2 normalisation, then a weight-normalised, bias-free linear layer to ``out_dim`` prototypes.
+
+ViT-S/16 recipe: 384 -> 2048 -> 2048 -> 256, GELU, last layer 256 -> 65536. With
+``norm_last_layer`` the weight-norm gain ``weight_g`` is fixed at 1 (the vanilla recipe; DINO notes
+it stabilises training, the long recipe turns it off).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class WeightNormLinear(nn.Module):
+    """``y = x (g * v / ||v||)^T``, one gain per output row, no bias.
+
+    Written out instead of ``torch.nn.utils.weight_norm`` (deprecated) or its parametrization (which
+    renames the parameters): ``weight_g`` / ``weight_v`` are the names in DINO's released checkpoints.
+    """
+
+    def __init__(self, in_features: int, out_features: int, fix_gain: bool) -> None:
+        super().__init__()
+        self.weight_v = nn.Parameter(torch.empty(out_features, in_features))
+        nn.init.trunc_normal_(self.weight_v, std=0.02)
+        self.weight_g = nn.Parameter(torch.ones(out_features, 1), requires_grad=not fix_gain)
+
+    def weight(self) -> torch.Tensor:
+        return self.weight_g * self.weight_v / self.weight_v.norm(dim=1, keepdim=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight())
+
+
+class DINOHead(nn.Module):
+    """MLP (``n_layers`` linear layers, GELU) -> L2-normalise -> ``WeightNormLinear``."""
+
+    def __init__(self, in_dim: int, out_dim: int = 65536, hidden_dim: int = 2048, bottleneck_dim: int = 256,
+                 n_layers: int = 3, use_bn: bool = False, norm_last_layer: bool = True) -> None:
+        super().__init__()
+        dims = [in_dim] + [hidden_dim] * (n_layers - 1) + [bottleneck_dim]
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            layers.append(nn.Linear(a, b))
+            if i < n_layers - 1:
+                if use_bn:
+                    layers.append(nn.BatchNorm1d(b))
+                layers.append(nn.GELU())
+        self.mlp = nn.Sequential(*layers)
+        for m in self.mlp.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+        self.last_layer = WeightNormLinear(bottleneck_dim, out_dim, fix_gain=norm_last_layer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.normalize(self.mlp(x), dim=-1, p=2)
+        return self.last_layer(x)
