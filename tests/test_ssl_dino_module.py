@@ -56,7 +56,7 @@ def run(optim="adamw", epochs=2, *extra):
 def test_schedules_per_step_and_last_layer_frozen_in_the_first_epoch():
     cfg, module, rec = run("adamw", 2)
     assert len(rec.rows) == 6  # 12 images / 4 per batch x 2 epochs
-    peak = cfg.optim.lr * 4 / 256  # lr scaled by the global batch (one device)
+    peak = cfg.optim.lr * cfg.optim.lr_scale * 4 / 256  # lr scaled by the global batch (one device)
     n = 6
     for step, row in enumerate(rec.rows):
         warm = 3  # one warm-up epoch of 3 steps, linear from 0 to the peak, both included (DINO)
@@ -135,3 +135,12 @@ def test_multicrop_net_groups_equal_sizes_without_changing_results():
     one_by_one = torch.cat([net.head(net.backbone(c)) for c in crops])
     torch.testing.assert_close(together, one_by_one, rtol=1e-4, atol=1e-5)
     assert isinstance(net, MultiCropNet)
+
+
+def test_peak_lr_follows_the_global_batch():
+    from types import SimpleNamespace
+    cfg = load_config("pretrain", [*TINY, "optim.lr_scale=2.0"])
+    module = DINO(cfg, partial(backbone_factory, cfg))
+    for world in (1, 2, 16):
+        module._trainer = SimpleNamespace(world_size=world)
+        assert math.isclose(module.base_lr(), cfg.optim.lr * 2.0 * 4 * world / 256)

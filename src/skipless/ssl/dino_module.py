@@ -103,9 +103,11 @@ class DINO(pl.LightningModule):
         return self.teacher.backbone
 
     def base_lr(self) -> float:
-        """Peak lr for the global batch: ``optim.lr * batch_per_device * world_size / 256`` (DINO)."""
+        """Peak lr for the global batch: ``optim.lr * lr_scale * batch_per_device * world_size / 256``
+        (DINO's linear scaling rule)."""
         world = self.trainer.world_size if self._trainer is not None else 1
-        return float(self.cfg.optim.lr) * self.cfg.train.batch_size_per_device * world / 256.0
+        o = self.cfg.optim
+        return float(o.lr) * float(o.lr_scale) * self.cfg.train.batch_size_per_device * world / 256.0
 
     # ---- Lightning hooks ------------------------------------------------------------------------
     def configure_optimizers(self):

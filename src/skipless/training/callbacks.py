@@ -62,9 +62,9 @@ class EpochCheckpoint(pl.Callback):
         self.dirpath, self.keep_all = Path(dirpath), keep_all
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        trainer.save_checkpoint(self.dirpath / "last.ckpt")
+        trainer.save_checkpoint(self.dirpath / "last.ckpt", weights_only=False)
         if self.keep_all:
-            trainer.save_checkpoint(self.dirpath / f"epoch{trainer.current_epoch + 1:03d}.ckpt")
+            trainer.save_checkpoint(self.dirpath / f"epoch{trainer.current_epoch + 1:03d}.ckpt", weights_only=False)
 
 
 class ExportTeacher(pl.Callback):

@@ -1,0 +1,180 @@
+"""``make bench``: speed and memory, written to ``bench/results.json`` and printed as tables.
+
+Sections (each can be chosen with ``--only``):
+- ``pretrain``: images/s, step time and peak memory of a full DINO training step (student on all
+  crops, teacher on the globals, loss, backward, clipping, optimizer, EMA) for skip vs skipless and
+  AdamW vs SOAP, on random crops so that data loading is not measured; achieved TFLOP/s and model
+  FLOP utilisation where the GPU's peak is known.
+- ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
+
+Speed is measured here and never asserted in tests (SPEC section 9).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import time
+from functools import partial
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.flop_counter import FlopCounterMode
+
+from .config import load_config
+from .pretrain import backbone_factory
+from .ssl.dino_module import DINO
+from .ssl.multicrop import collate_multicrop
+
+# Dense bf16 tensor-core peaks (vendor datasheets), for model FLOP utilisation.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+
+
+def device_name() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+class RandomCrops(Dataset):
+    """Random multi-crop views of the right sizes: the step is measured without data loading."""
+
+    def __init__(self, n: int, global_size: int, local_size: int, n_local: int) -> None:
+        self.n, self.g, self.l, self.k = n, global_size, local_size, n_local
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        gen = torch.Generator().manual_seed(i)
+        return ([torch.randn(3, self.g, self.g, generator=gen) for _ in range(2)]
+                + [torch.randn(3, self.l, self.l, generator=gen) for _ in range(self.k)])
+
+
+class StepTimer(pl.Callback):
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.times, self._t0 = warmup, [], 0.0
+
+    def _sync(self) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if batch_idx == self.warmup and torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        self._sync()
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._sync()
+        if batch_idx >= self.warmup:
+            self.times.append(time.perf_counter() - self._t0)
+
+
+def forward_flops(model: torch.nn.Module, size: int) -> int:
+    """FLOPs of one forward pass of the backbone on one image of ``size`` x ``size``."""
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, 3, size, size))
+    return counter.get_total_flops()
+
+
+def bench_pretrain_step(model: str, optim: str, overrides: list[str], steps: int, warmup: int) -> dict:
+    cfg = load_config("pretrain", [f"model={model}", f"optim={optim}", *overrides])
+    d = cfg.dino
+    batch = cfg.train.batch_size_per_device
+    data = RandomCrops(batch * (steps + warmup), d.global_crop_size, d.local_crop_size, d.local_crops_number)
+    loader = DataLoader(data, batch_size=batch, collate_fn=collate_multicrop, num_workers=2)
+    module = DINO(cfg, partial(backbone_factory, cfg))
+    timer = StepTimer(warmup)
+    gpu = torch.cuda.is_available()
+    trainer = pl.Trainer(accelerator="gpu" if gpu else "cpu", devices=1, precision="bf16-mixed" if gpu else "32-true",
+                         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[timer])
+    trainer.fit(module, loader)
+    step = sorted(timer.times)[len(timer.times) // 2]  # median
+    backbone = backbone_factory(cfg, 0.0)
+    per_image = 3 * (2 * forward_flops(backbone, d.global_crop_size)
+                     + d.local_crops_number * forward_flops(backbone, d.local_crop_size))  # student fwd+bwd
+    per_image += 2 * forward_flops(backbone, d.global_crop_size)  # teacher forward
+    tflops = per_image * batch / step / 1e12
+    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if gpu and k in torch.cuda.get_device_name(0)), None)
+    return {
+        "model": model, "optim": optim, "batch": batch, "crops": f"2x{d.global_crop_size} + "
+        f"{d.local_crops_number}x{d.local_crop_size}", "step_s": step, "images_per_s": batch / step,
+        "backbone_tflops_per_s": tflops, "mfu": tflops / peak if peak else None,
+        "peak_memory_mb": (torch.cuda.max_memory_allocated() / 2**20 if gpu
+                           else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
+def section_pretrain(quick: bool) -> list[dict]:
+    gpu = torch.cuda.is_available()
+    if gpu:  # the paper's recipe: ViT-S/16, 2x224 + 10x96 crops, 64 images per GPU
+        overrides = ["data=imagenet", "dino.global_crop_size=224", "dino.local_crop_size=96",
+                     "dino.local_crops_number=10", "dino.out_dim=65536", "train.batch_size_per_device=64"]
+        steps, warmup = (10, 5) if quick else (30, 10)
+    else:  # the CPU demo sizes of data/default.yaml
+        overrides = ["train.batch_size_per_device=16"]
+        steps, warmup = (3, 1) if quick else (6, 2)
+    rows = [bench_pretrain_step(m, o, overrides, steps, warmup)
+            for m in ("skip", "skipless") for o in ("adamw", "soap")]
+    by = {(r["model"], r["optim"]): r for r in rows}
+    for r in rows:
+        r["soap_over_adamw"] = by[(r["model"], "soap")]["step_s"] / by[(r["model"], "adamw")]["step_s"]
+        r["skipless_over_skip"] = by[("skipless", r["optim"])]["step_s"] / by[("skip", r["optim"])]["step_s"]
+    return rows
+
+
+def section_init() -> dict:
+    from .analysis.attention_conditioning import attention_condition_numbers, gaussian_tokens
+    from .models import create_vit
+    out = {}
+    for init in ("timm", "cutskip"):
+        torch.manual_seed(0)
+        r = attention_condition_numbers(create_vit("vit_small", residual="skipless", init=init, depth=1),
+                                        gaussian_tokens(197, 384))
+        out[init] = {"median_condition": r["median_condition"], "mean_diagonal": r["mean_diagonal"]}
+    return out
+
+
+def markdown_table(rows: list[dict], keys: list[str]) -> str:
+    def fmt(v):
+        return f"{v:.3g}" if isinstance(v, float) else ("-" if v is None else str(v))
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+SECTIONS = ("pretrain", "init")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="skipless benchmarks")
+    parser.add_argument("--only", nargs="*", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run of the bench)")
+    parser.add_argument("--out", default="bench/results.json")
+    args = parser.parse_args()
+    results: dict = {"device": device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
+    if "init" in args.only:
+        results["init"] = section_init()
+        print("attention conditioning at init (ViT-S, 197 Gaussian tokens, block 0, median over heads):")
+        for k, v in results["init"].items():
+            print(f"  {k:8s} kappa = {v['median_condition']:.4g}, mean diagonal weight = {v['mean_diagonal']:.3f}")
+    if "pretrain" in args.only:
+        rows = section_pretrain(args.quick)
+        results["pretrain"] = rows
+        print(f"\nDINO pretraining step on {results['device']}:")
+        print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
+                                    "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
+                                    "peak_memory_mb"]))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nwritten to {out}")
+
+
+if __name__ == "__main__":
+    main()
