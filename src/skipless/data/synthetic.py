@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from .voc import MARKER, read_marker, voc_dir, voc_palette
 
-GENERATOR_VERSION = 2  # bump whenever the rendering changes: existing defaults are then regenerated
+GENERATOR_VERSION = 3  # bump whenever the rendering changes: existing defaults are then regenerated
 CLASSES: tuple[str, ...] = ("background", "disc", "square", "triangle", "star", "ring", "cross",
                             "hexagon", "crescent", "ellipse", "heart")
 SIDES = (160, 176, 192, 208, 224)  # image width and height are each drawn from these
@@ -199,10 +199,13 @@ def _background(rng: np.random.Generator, size: tuple[int, int]) -> np.ndarray:
         rows = np.arange(height)[:, None]
         weight = np.clip((rows - horizon[None, :]) / 4.0 + 0.5, 0, 1)[..., None].astype(np.float32)
         image = image * (1 - weight) + ground * weight
-    if rng.random() < 0.5:  # shallow depth of field: the objects stand in front of the scene
-        blurred = Image.fromarray((image * 255).astype(np.uint8)).filter(
-            ImageFilter.GaussianBlur(rng.uniform(0.5, 2.0)))
-        image = np.asarray(blurred, dtype=np.float32) / 255.0
+    # Shallow depth of field and haze: the objects stand in front of a softer, paler scene, so the
+    # scene's photograph is not the easiest thing for self-supervision to recognise (generator v3).
+    mean = image.mean((0, 1), keepdims=True)
+    image = mean + rng.uniform(0.45, 0.75) * (image - mean)
+    blurred = Image.fromarray((np.clip(image, 0, 1) * 255).astype(np.uint8)).filter(
+        ImageFilter.GaussianBlur(rng.uniform(1.0, 3.0)))
+    image = np.asarray(blurred, dtype=np.float32) / 255.0
     return image
 
 
@@ -259,7 +262,7 @@ def render(index: int, seed: int) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     for _ in range(wanted):
         for _attempt in range(12):
             shape = CLASSES[1 + int(rng.integers(len(CLASSES) - 1))]
-            radius = rng.uniform(0.16, 0.34) * min(size)
+            radius = rng.uniform(0.2, 0.4) * min(size)
             center = (rng.uniform(0.15, 0.85) * width, rng.uniform(0.15, 0.85) * height)
             coverage, truncated = _silhouette(shape, center, radius, rng.uniform(0, 2 * np.pi),
                                               float(np.exp(rng.uniform(-0.18, 0.18))), size)
