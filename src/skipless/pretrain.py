@@ -112,10 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_dir = run_dir_of(cfg)
         print(f"skipless pretrain: model={cfg.model.name} optim={cfg.optim.name} data={cfg.data.name} -> {run_dir}",
               flush=True)
-        pretrain(cfg)
+        trainer, _ = pretrain(cfg)
     except (ConfigError, DatasetNotFoundError, DivergenceError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    if not trainer.is_global_zero:
+        return 0
     print(f"done: teacher backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
     return 0
 
