@@ -25,8 +25,12 @@ opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
 PRETRAIN_ARGS = model=$(MODEL) optim=$(OPT) data=$(DATA) $(call opt,train.devices,$(GPUS)) \
   $(call opt,train.num_nodes,$(NODES)) $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
 
+# Evaluators arrive module by module; a target whose module is missing says so in one sentence.
+need = @$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$(1)') is None)" 2>/dev/null \
+  || { echo "error: 'make $@' needs the module $(1), which is not part of this checkout yet"; exit 2; }
+
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain probe tokencut pca jacobian bench tensorboard test clean
+.PHONY: help setup data pretrain probe tokencut pca bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -51,19 +55,22 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
 
-data: $(STAMP) ## generate the embedded default dataset into data/ (if missing)
+data: $(STAMP) ## generate the embedded default dataset into data/default (if missing)
 	$(PY) -m skipless.data.synthetic --root data/default
 
 pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= CKPT= ARGS=
+	$(call need,eval.probe)
 	$(PY) -m eval.probe dataset=$(DATASET) multiscale=$(MULTISCALE) $(call opt,ckpt,"$(CKPT)") $(ARGS)
 
 tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= ARGS=
+	$(call need,eval.tokencut)
 	$(PY) -m eval.tokencut dataset=$(DATASET) $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(ARGS)
 
 pca: $(STAMP) ## PCA images of patch features per block: CKPT= IMAGES= ARGS=
+	$(call need,eval.pca)
 	$(PY) -m eval.pca $(call opt,ckpt,"$(CKPT)") $(call opt,images,$(IMAGES)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json

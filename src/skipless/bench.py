@@ -4,7 +4,8 @@ Sections (each can be chosen with ``--only``):
 - ``pretrain``: images/s, step time and peak memory of a full DINO training step (student on all
   crops, teacher on the globals, loss, backward, clipping, optimizer, EMA) for skip vs skipless and
   AdamW vs SOAP, on random crops so that data loading is not measured; achieved TFLOP/s and model
-  FLOP utilisation where the GPU's peak is known.
+  FLOP utilisation where the GPU's peak is known. ``peak_memory_mb`` is the CUDA peak of the step on a
+  GPU; on a CPU it is the process's peak resident memory so far (rows run in order, so it only grows).
 - ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
 
 Speed is measured here and never asserted in tests (SPEC section 9).
