@@ -12,10 +12,10 @@ same recipe; the center is all-reduced (``DINOLoss.update_center``).
 """
 from __future__ import annotations
 
-import copy
 from typing import Callable
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
@@ -95,7 +95,7 @@ class DINO(pl.LightningModule):
         self.teacher.requires_grad_(False)
         self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
                                 center_momentum=d.center_momentum)
-        self.schedules: dict[str, torch.Tensor] = {}
+        self.schedules: dict[str, np.ndarray] = {}  # per-step values, built in configure_optimizers
 
     # ---- the pieces other code uses -------------------------------------------------------------
     def teacher_backbone(self) -> nn.Module:
