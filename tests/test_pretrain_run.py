@@ -121,3 +121,12 @@ def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert "data/README.md" in capsys.readouterr().err
     assert main([f"run.root={tmp_path}", "run.resume=true"]) == 1
     assert "no checkpoint to resume" in capsys.readouterr().err
+
+
+def test_keep_checkpoints_writes_one_file_per_epoch_beside_last(tmp_path, data_root):
+    cfg = tiny_cfg(tmp_path, data_root, "train.epochs=2", "train.knn_every_n_epochs=0", "train.keep_checkpoints=true")
+    pretrain(cfg)
+    ckpts = run_dir_of(cfg) / "checkpoints"
+    assert sorted(p.name for p in ckpts.glob("*.ckpt")) == ["epoch001.ckpt", "epoch002.ckpt", "last.ckpt"]
+    steps = {p.name: torch.load(p, weights_only=False, map_location="cpu")["global_step"] for p in ckpts.glob("*.ckpt")}
+    assert steps == {"epoch001.ckpt": 4, "epoch002.ckpt": 8, "last.ckpt": 8}

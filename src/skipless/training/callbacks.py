@@ -3,6 +3,7 @@ checkpoints, the teacher export, the k-NN monitor."""
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -62,9 +63,10 @@ class EpochCheckpoint(pl.Callback):
         self.dirpath, self.keep_all = Path(dirpath), keep_all
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        trainer.save_checkpoint(self.dirpath / "last.ckpt", weights_only=False)
-        if self.keep_all:
-            trainer.save_checkpoint(self.dirpath / f"epoch{trainer.current_epoch + 1:03d}.ckpt", weights_only=False)
+        last = self.dirpath / "last.ckpt"
+        trainer.save_checkpoint(last, weights_only=False)
+        if self.keep_all and trainer.is_global_zero:  # a copy: the state is serialised only once
+            shutil.copyfile(last, self.dirpath / f"epoch{trainer.current_epoch + 1:03d}.ckpt")
 
 
 class ExportTeacher(pl.Callback):

@@ -22,23 +22,6 @@ from ..ssl.multicrop import IMAGENET_MEAN, IMAGENET_STD, MultiCropAugmentation, 
 DATASETS = ("default", "imagenet")
 
 
-class _Transformed(Dataset):
-    """Applies a transform to the image of each item of a dataset (the image is item or item[0])."""
-
-    def __init__(self, base: Dataset, transform: Callable, with_label: bool = False) -> None:
-        self.base, self.transform, self.with_label = base, transform, with_label
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __getitem__(self, i: int):
-        item = self.base[i]
-        if self.with_label:
-            image, label = item[0], item[1]
-            return self.transform(image), torch.tensor(label)
-        return self.transform(item[0] if isinstance(item, tuple) else item)
-
-
 def multicrop_from_config(cfg: DictConfig) -> MultiCropAugmentation:
     d = cfg.dino
     return MultiCropAugmentation(
@@ -55,7 +38,7 @@ def pretrain_dataset(cfg: DictConfig) -> Dataset:
     if name == "default":
         root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,
                               seed=cfg.data.seed)
-        return _Transformed(VOCImages(root, "train"), aug)
+        return VOCImages(root, "train", transform=aug)
     return ImageFolderDataset(cfg.data.root, transform=aug)
 
 
@@ -76,11 +59,10 @@ def knn_loaders(cfg: DictConfig) -> tuple[Callable, Callable, int] | None:
     tf = transforms.Compose([
         transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
         transforms.CenterCrop(size), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
-    splits = {s: VOCClassification(root, s) for s in ("train", "val")}
+    splits = {s: VOCClassification(root, s, transform=tf) for s in ("train", "val")}
     num_classes = splits["train"].num_classes
 
     def batches(split: str) -> Callable:
-        ds = _Transformed(splits[split], tf, with_label=True)
-        return lambda: DataLoader(ds, batch_size=64, num_workers=cfg.train.num_workers)
+        return lambda: DataLoader(splits[split], batch_size=64, num_workers=cfg.train.num_workers)
 
     return batches("train"), batches("val"), num_classes
