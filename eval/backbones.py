@@ -1,0 +1,156 @@
+"""Which backbones an evaluator runs on: ``CKPT="runs/a runs/b random"`` -> loaded, frozen models.
+
+Every evaluator (probe, TokenCut, PCA) takes a ``ckpt`` setting with one or more items, separated
+by spaces or commas:
+
+- a run folder (``runs/skipless-adamw-default``): its exported teacher ``backbone.pt``;
+- a backbone file (``runs/x/backbone-epoch200.pt``) written by ``save_backbone``;
+- ``random``: a freshly initialised backbone with the same architecture, residual mode and
+  initialisation as the first real checkpoint in the list (or the newest run when there is none),
+  seeded, so every evaluator has its floor;
+- nothing: the newest run under ``runs/`` (by the time its ``backbone.pt`` was written).
+
+Results go to ``<run>/eval/`` of each checkpoint; the random floor writes to ``runs/random-<...>/eval``.
+Only the model part of skipless is imported here, never training code (SPEC section 1).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from skipless.models import create_vit, freeze_for_eval, load_backbone
+from skipless.models.checkpoint import BackboneLoadError, FORMAT
+
+RANDOM = "random"
+
+
+class BackboneNotFoundError(FileNotFoundError):
+    """A ``CKPT`` item that names no backbone; the message says what was expected."""
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """One backbone to evaluate.
+
+    Attributes:
+        name: its label in tables and figures (the run folder's name, the file's stem, or ``random``).
+        path: the backbone file, or None for the random floor.
+        out_dir: where evaluators write their results (``<run>/eval``).
+        args: the ``create_vit`` arguments (arch, residual, init, ...) stored with the weights.
+    """
+
+    name: str
+    path: Path | None
+    out_dir: Path
+    args: dict[str, Any]
+
+    @property
+    def is_random(self) -> bool:
+        return self.path is None
+
+
+def _stored_args(path: Path) -> dict[str, Any]:
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise BackboneLoadError(f"{path} is not a readable backbone file ({type(err).__name__}: {err})") from err
+    if not (isinstance(payload, dict) and payload.get("format") == FORMAT):
+        raise BackboneLoadError(f"{path} is not a backbone written by save_backbone ({FORMAT}); "
+                                "evaluators read runs/<run>/backbone.pt")
+    return dict(payload["args"])
+
+
+def newest_run(runs_root: str | os.PathLike = "runs") -> Path | None:
+    """The run folder whose ``backbone.pt`` was written last, or None."""
+    found = [p for p in Path(runs_root).glob("*/backbone.pt") if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime).parent if found else None
+
+
+def split_items(ckpt: str | Sequence[str] | None) -> list[str]:
+    """``"runs/a runs/b,random"`` or a list -> ``["runs/a", "runs/b", "random"]``."""
+    if ckpt is None:
+        return []
+    if isinstance(ckpt, str):
+        return [s for s in re.split(r"[\s,]+", ckpt.strip()) if s]
+    return [s for item in ckpt for s in split_items(str(item))]
+
+
+def _file_spec(item: str) -> BackboneSpec:
+    path = Path(item)
+    if path.is_dir():
+        file = path / "backbone.pt"
+        if not file.is_file():
+            raise BackboneNotFoundError(
+                f"run folder {path} has no backbone.pt; expected a folder written by `make pretrain` "
+                "(the teacher is exported at every epoch end) or a backbone file")
+        return BackboneSpec(path.name, file, path / "eval", _stored_args(file))
+    if path.is_file():
+        if path.suffix == ".ckpt":
+            raise BackboneNotFoundError(
+                f"{path} is a Lightning training checkpoint; evaluators read the exported teacher: "
+                f"pass its run folder ({path.parent.parent}) or a backbone*.pt file")
+        name = path.parent.name if path.stem == "backbone" else f"{path.parent.name}-{path.stem}"
+        return BackboneSpec(name, path, path.parent / "eval", _stored_args(path))
+    raise BackboneNotFoundError(
+        f"no backbone at {path!r}; expected a run folder with backbone.pt (runs/<name>), a backbone "
+        "file, or 'random'")
+
+
+def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.PathLike = "runs") -> list[BackboneSpec]:
+    """Turn a ``CKPT`` setting into backbone specs, in the order given (see the module docstring)."""
+    items = split_items(ckpt)
+    runs_root = Path(runs_root)
+    if not items:
+        run = newest_run(runs_root)
+        if run is None:
+            raise BackboneNotFoundError(
+                f"no pretraining run with a backbone.pt under {runs_root}/; run `make pretrain` first or "
+                "pass CKPT=<run folder or backbone file> (CKPT=random evaluates a random backbone)")
+        items = [str(run)]
+    specs: list[BackboneSpec | None] = [None if item == RANDOM else _file_spec(item) for item in items]
+    real = [s for s in specs if s is not None]
+    if len(real) < len(specs):
+        if real:
+            reference = real[0].args
+        else:
+            run = newest_run(runs_root)
+            if run is None:
+                raise BackboneNotFoundError(
+                    "CKPT=random copies the architecture of a checkpoint, and there is none: pass one "
+                    f"as well (CKPT=\"runs/<name> random\") or run `make pretrain` first (looked in {runs_root}/)")
+            reference = _stored_args(run / "backbone.pt")
+        tag = "-".join(str(reference.get(k)) for k in ("arch", "residual", "init"))
+        floor = BackboneSpec(RANDOM, None, runs_root / f"random-{tag}" / "eval", dict(reference))
+        specs = [floor if s is None else s for s in specs]
+    names = [s.name for s in specs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise BackboneNotFoundError(f"CKPT names the same backbone twice ({', '.join(duplicates)}); give each once")
+    return specs  # type: ignore[return-value]
+
+
+def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int = 0) -> torch.nn.Module:
+    """The frozen backbone of ``spec`` on ``device`` (the random floor is built with ``seed``)."""
+    if spec.is_random:
+        args = {k: v for k, v in spec.args.items() if k != "arch"}
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = create_vit(spec.args["arch"], **args)
+    else:
+        model = load_backbone(spec.path, map_location="cpu")
+    return freeze_for_eval(model, device)
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``auto`` -> CUDA when present, else the CPU; anything else is passed to ``torch.device``."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but CUDA is not available; use device=cpu or auto")
+    return device

@@ -1,0 +1,43 @@
+"""Comparison tables of the evaluators: one markdown table per command, printed and saved.
+
+``CKPT="runs/a runs/b random"`` gives one row or column per backbone; the probe, TokenCut and
+PCA write their tables with ``markdown_table`` so they read the same, and ``compare_dir`` says
+where a table over several backbones goes (``runs/compare/``).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from skipless.atomic import atomic_write
+
+
+def _cell(value: Any, digits: int) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 1) -> str:
+    """A GitHub markdown table; floats are printed with ``digits`` decimals, None as ``-``."""
+    widths = len(headers)
+    bad = [i for i, row in enumerate(rows) if len(row) != widths]
+    if bad:
+        raise ValueError(f"rows {bad} do not have {widths} cells like the header {list(headers)}")
+    lines = ["| " + " | ".join(_cell(h, digits) for h in headers) + " |",
+             "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(_cell(v, digits) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def compare_dir(runs_root: str | os.PathLike = "runs") -> Path:
+    """Where tables over several backbones are written."""
+    return Path(runs_root) / "compare"
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` atomically (a reader never sees half a table) and return the path."""
+    return atomic_write(Path(path), lambda tmp: Path(tmp).write_text(text))

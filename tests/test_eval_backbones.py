@@ -1,0 +1,101 @@
+"""eval/backbones.py: CKPT items -> backbones, the random floor, clear errors; eval/report.py tables."""
+import os
+import time
+
+import pytest
+import torch
+
+from eval.backbones import (BackboneNotFoundError, load_spec, newest_run, resolve_backbones,
+                            split_items)
+from eval.report import markdown_table
+from skipless.models import create_vit, extract_features, save_backbone
+
+
+def _run(root, name, residual="skip", seed=0):
+    torch.manual_seed(seed)
+    model = create_vit("vit_tiny", residual=residual, img_size=32, depth=2)
+    run = root / name
+    save_backbone(run / "backbone.pt", model, extra={"epoch": 1})
+    return run, model
+
+
+def test_split_items_accepts_spaces_commas_and_lists():
+    assert split_items(" runs/a  runs/b,random ") == ["runs/a", "runs/b", "random"]
+    assert split_items(["runs/a runs/b", "random"]) == ["runs/a", "runs/b", "random"]
+    assert split_items(None) == [] and split_items("") == []
+
+
+def test_default_is_the_newest_run_and_loads_its_weights(tmp_path):
+    old, _ = _run(tmp_path, "old", seed=1)
+    new, model = _run(tmp_path, "new", seed=2)
+    past = time.time() - 100
+    os.utime(old / "backbone.pt", (past, past))
+    assert newest_run(tmp_path) == new
+    (spec,) = resolve_backbones(None, runs_root=tmp_path)
+    assert spec.name == "new" and spec.out_dir == new / "eval" and not spec.is_random
+    loaded = load_spec(spec)
+    x = torch.randn(1, 3, 32, 32)
+    assert torch.equal(loaded(x), model.eval()(x))
+    assert not any(p.requires_grad for p in loaded.parameters())
+
+
+def test_random_floor_copies_the_architecture_of_the_first_checkpoint(tmp_path):
+    run, model = _run(tmp_path, "a", residual="skipless", seed=5)
+    specs = resolve_backbones(f"{run} random", runs_root=tmp_path)
+    assert [s.name for s in specs] == ["a", "random"]
+    floor = specs[1]
+    assert floor.args == specs[0].args and floor.out_dir.parent.parent == tmp_path
+    rand = load_spec(floor, seed=0)
+    assert rand.skipless_args["residual"] == "skipless" and len(rand.blocks) == 2
+    # seeded: the same floor twice, and different from the trained weights
+    again = load_spec(floor, seed=0)
+    x = torch.randn(1, 3, 32, 32)
+    assert torch.equal(rand(x), again(x))
+    assert not torch.allclose(rand(x), model.eval()(x))
+
+
+def test_random_alone_uses_the_newest_run(tmp_path):
+    _run(tmp_path, "only", residual="skipless")
+    (floor,) = resolve_backbones("random", runs_root=tmp_path)
+    assert floor.is_random and floor.args["residual"] == "skipless"
+
+
+def test_backbone_file_item_and_lightning_checkpoint_error(tmp_path):
+    run, _ = _run(tmp_path, "r")
+    (spec,) = resolve_backbones(str(run / "backbone.pt"), runs_root=tmp_path)
+    assert spec.name == "r"
+    ckpt = run / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"x")
+    with pytest.raises(BackboneNotFoundError, match="exported teacher"):
+        resolve_backbones(str(ckpt), runs_root=tmp_path)
+
+
+@pytest.mark.parametrize("ckpt, message", [
+    (None, "make pretrain"),
+    ("random", "copies the architecture"),
+    ("nowhere/run", "expected a run folder"),
+])
+def test_missing_backbones_give_one_clear_error(tmp_path, ckpt, message):
+    with pytest.raises(BackboneNotFoundError, match=message):
+        resolve_backbones(ckpt, runs_root=tmp_path)
+
+
+def test_same_backbone_twice_is_refused(tmp_path):
+    run, _ = _run(tmp_path, "r")
+    with pytest.raises(BackboneNotFoundError, match="twice"):
+        resolve_backbones(f"{run} {run}", runs_root=tmp_path)
+
+
+def test_random_floor_features_are_usable(tmp_path):
+    run, _ = _run(tmp_path, "a")
+    floor = resolve_backbones(f"{run},random", runs_root=tmp_path)[1]
+    feats = extract_features(load_spec(floor), torch.randn(2, 3, 32, 32), layers="all", kinds=("k",))
+    assert sorted(feats) == [("k", 0), ("k", 1)]
+
+
+def test_markdown_table_formats_and_checks_widths():
+    text = markdown_table(["model", "mIoU"], [["skip", 56.34], ["a|b", None]], digits=1)
+    assert text.splitlines() == ["| model | mIoU |", "|---|---|", "| skip | 56.3 |", "| a\\|b | - |"]
+    with pytest.raises(ValueError, match="do not have 2 cells"):
+        markdown_table(["a", "b"], [[1]])
