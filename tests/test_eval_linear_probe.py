@@ -1,0 +1,127 @@
+"""eval/linear_probe.py and eval/feature_cache.py: the heads learn, side by side equals alone, the cache is exact."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from eval.feature_cache import FeatureCache, build_cache, patch_features
+from eval.linear_probe import (LinearHeads, cache_batches, evaluate_cached, evaluate_full, train_heads,
+                               upsampled_losses)
+from skipless.models import create_vit, extract_features
+
+from seg_fixtures import write_voc
+
+
+def _separable_cache(n=24, grid=4, dim=8, k=4, up=4, seed=0):
+    """Patch features that encode the patch's class (plus noise); labels are the patch classes upsampled."""
+    rng = np.random.default_rng(seed)
+    classes = rng.integers(0, k, size=(n, grid, grid))
+    centers = rng.normal(size=(k, dim)) * 3
+    feats = centers[classes] + rng.normal(scale=0.3, size=(n, grid, grid, dim))
+    labels = classes.repeat(up, axis=1).repeat(up, axis=2).astype(np.uint8)
+    labels[:, ::7, :] = 255  # some ignored rows
+    return FeatureCache(feats.astype(np.float16), labels, np.ones(n, bool), (0,), dim), classes
+
+
+class _MaskList:
+    """A dataset whose masks are the cache's labels (so full-resolution scoring is exact)."""
+
+    def __init__(self, labels):
+        self.labels = labels
+        self.ids = [str(i) for i in range(len(labels))]
+
+    def __len__(self):
+        return len(self.labels)
+
+    def mask(self, i):
+        return np.asarray(self.labels[i])
+
+
+@pytest.mark.parametrize("up, floor", [(1, 0.99), (4, 0.9)])
+def test_reaches_near_perfect_miou_on_linearly_separable_features(up, floor):
+    # up=1: labels on the patch grid, exactly separable. up=4: labels 4x finer than the patches, as
+    # in the probe; bilinear logits blur class boundaries inside a patch, so a few edge pixels miss.
+    cache, _ = _separable_cache(n=16, up=up)
+    torch.manual_seed(0)
+    heads = LinearHeads({"single": cache.channels([0])}, 4, lrs=[1e-6, 3e-2], bn=True)
+    result = train_heads(heads, cache_batches(cache, 4, seed=0, device="cpu"), steps_per_epoch=4, epochs=10,
+                         progress=False)
+    losses = result.losses[("single", 1)]
+    assert losses[-1] < 0.5 * losses[0]
+    conf = evaluate_cached(heads, cache, "cpu")
+    assert conf[("single", 1)].miou() > floor
+    assert conf[("single", 0)].miou() < 0.5  # lr 1e-6 barely moves from the init: the sweep is not a no-op
+    full = evaluate_full(heads, cache, _MaskList(cache.labels), "cpu", progress=False)
+    assert torch.equal(full[("single", 1)].matrix, conf[("single", 1)].matrix)
+
+
+def test_heads_trained_side_by_side_equal_heads_trained_alone():
+    cache, _ = _separable_cache(n=12, dim=6)
+    channels = {"single": np.arange(3, 6), "ms": np.arange(6)}
+    torch.manual_seed(0)
+    together = LinearHeads(channels, 4, lrs=[1e-3, 3e-2], bn=True)
+    alone = LinearHeads({"ms": channels["ms"]}, 4, lrs=[3e-2], bn=True)
+    alone.heads["ms"][0].load_state_dict(together.heads["ms"][1].state_dict())
+    for heads in (together, alone):
+        train_heads(heads, cache_batches(cache, 4, seed=1, device="cpu"), steps_per_epoch=3, epochs=3,
+                    progress=False)
+    a, b = together.heads["ms"][1], alone.heads["ms"][0]
+    assert torch.allclose(a.weight, b.weight, atol=1e-6) and torch.allclose(a.bias, b.bias, atol=1e-6)
+    assert torch.allclose(together.norms["ms"].running_var, alone.norms["ms"].running_var)
+    assert not torch.allclose(together.heads["ms"][0].weight, a.weight)
+
+
+def test_grouped_loss_equals_one_head_at_a_time():
+    torch.manual_seed(0)
+    k, heads = 5, 3
+    logits = torch.randn(2, heads * k, 3, 4)
+    labels = torch.randint(0, k, (2, 12, 16))
+    labels[0, :4] = 255
+    got = upsampled_losses(logits, labels, k)
+    for j in range(heads):
+        up = F.interpolate(logits[:, j * k:(j + 1) * k], size=(12, 16), mode="bilinear", align_corners=False)
+        assert got[j] == pytest.approx(float(F.cross_entropy(up, labels, ignore_index=255)), rel=1e-5)
+    assert torch.equal(upsampled_losses(logits, torch.full_like(labels, 255), k), torch.zeros(heads))
+
+
+def test_cache_holds_the_backbones_patch_tokens(tmp_path):
+    root = write_voc(tmp_path / "data", n_train=5, n_val=1, classes=["background", "a", "b"])
+    from eval.seg_datasets import VOCSegDataset
+    ds = VOCSegDataset(root, "train", name="default")
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", depth=3, img_size=32).eval()
+    disk = build_cache(model, ds, [0, -1], resolution=32, label_size=8, folder=tmp_path / "c", key={"k": 1},
+                       batch_size=2, progress=False)
+    memory = build_cache(model, ds, [2, 0], resolution=32, label_size=8, batch_size=3, progress=False)
+    assert disk.layers == memory.layers == (0, 2) and disk.grid == (2, 2) and disk.feats.shape == (5, 2, 2, 384)
+    # batch sizes differ (2 vs 3): equal up to float16 rounding of batch-size-dependent float32 sums
+    assert np.allclose(np.asarray(disk.feats, np.float32), memory.feats.astype(np.float32), atol=1e-2)
+    assert np.array_equal(np.asarray(disk.labels), memory.labels)
+    from eval.feature_cache import image_tensor
+    x = torch.stack([image_tensor(ds.image(i), 32) for i in range(5)])
+    with torch.no_grad():
+        out = extract_features(model, x, [2], norm=True)[("out", 2)][:, 1:]  # patch tokens, CLS dropped
+    got = torch.from_numpy(np.asarray(disk.feats)[..., disk.channels([2])].astype(np.float32)).reshape(5, 4, -1)
+    assert torch.allclose(got, out, atol=2e-2, rtol=1e-2)
+    assert torch.allclose(patch_features(model, x, [2], True).reshape(5, 4, -1), out)
+    # the same key reuses the folder; another key rebuilds it
+    again = build_cache(model, ds, [0, 2], resolution=32, label_size=8, folder=tmp_path / "c", key={"k": 1},
+                        progress=False)
+    assert again.reused and np.array_equal(np.asarray(again.feats), np.asarray(disk.feats))
+    other = build_cache(model, ds, [0, 2], resolution=32, label_size=8, folder=tmp_path / "c", key={"k": 2},
+                        progress=False)
+    assert not other.reused
+    # labels: nearest-neighbour resized class indices, 255 kept
+    assert set(np.unique(np.asarray(disk.labels)).tolist()) <= {0, 1, 2, 255}
+
+
+def test_unreadable_images_are_skipped_and_counted(tmp_path):
+    root = write_voc(tmp_path / "data", n_train=4, n_val=1, classes=["background", "a", "b"])
+    (root / "VOCdevkit/VOC2012/JPEGImages/000002.jpg").write_bytes(b"not a jpeg")
+    from eval.seg_datasets import VOCSegDataset
+    ds = VOCSegDataset(root, "train", name="default")
+    model = create_vit("vit_tiny", depth=1, img_size=32).eval()
+    with pytest.warns(Warning):
+        cache = build_cache(model, ds, [0], resolution=32, label_size=8, progress=False)
+    assert cache.valid.tolist() == [True, True, False, True] and cache.meta["skipped"] == 1
+    assert (cache.labels[2] == 255).all()
