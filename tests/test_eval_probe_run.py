@@ -1,0 +1,100 @@
+"""``python -m eval.probe`` end to end on a tiny VOC-layout fixture with tiny backbones (CPU, seconds)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from eval.miou import ConfusionMatrix
+from eval.probe import main, spread_layers
+from eval.seg_datasets import VOCSegDataset
+from skipless.models import create_vit, save_backbone
+
+from seg_fixtures import write_voc
+
+CLASSES = ["background", "disc", "square", "star"]
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    data = write_voc(tmp_path / "data", n_train=8, n_val=5, classes=CLASSES)
+    torch.manual_seed(0)
+    save_backbone(tmp_path / "runs" / "tiny" / "backbone.pt",
+                  create_vit("vit_tiny", residual="skipless", init="timm", depth=2, img_size=32))  # cutskip: 4 s
+    args = [f"datasets.default.root={data}", "datasets.default.resolution=32", "datasets.default.train_subset=null",
+            f"runs_root={tmp_path / 'runs'}", "epochs=2", "lrs=[1e-3,1e-2]", "batch_size=4", "num_workers=0",
+            "progress=false", "figure_images=2", "val_every=1", "extract_batch_size=4"]
+    return tmp_path, data, args
+
+
+def test_probe_writes_results_figure_table_and_predictions_that_rescore(setup):
+    tmp, data, args = setup
+    runs = tmp / "runs"
+    assert main(args + [f"ckpt={runs / 'tiny'} random", "multiscale=both", "save_predictions=true"]) == 0
+    val = VOCSegDataset(data, "val", name="default")
+    for out in (runs / "tiny" / "eval", runs / "random-vit_tiny-skipless-timm" / "eval"):
+        for stem, layers in (("probe-default", [1]), ("probe-default-ms", [0, 1])):
+            result = json.loads((out / f"{stem}.json").read_text())
+            assert result["layers"] == layers and result["resolution"] == 32 and result["label_size"] == 8
+            assert [s["lr"] for s in result["sweep"]] == [1e-3, 1e-2] and result["best_lr"] in (1e-3, 1e-2)
+            assert result["miou"] == max(s["miou"] for s in result["sweep"])
+            assert set(result["per_class_iou"]) == set(CLASSES) and result["n_val"] == 5
+            assert result["config"]["dataset"] == "default" and result["timings"]["total_s"] > 0
+            assert sorted(result["monitor_miou_at_label_size"]) == ["1", "2"]
+            assert (out / f"{stem}.png").is_file() and (out / f"{stem}-head.pt").is_file()
+            assert list((out / "tb" / stem).glob("events.out.tfevents.*"))
+            # every val prediction, saved as a palette PNG named like its image, scores the reported mIoU
+            pred_dir = out / f"{stem}-pred"
+            assert sorted(p.stem for p in pred_dir.glob("*.png")) == sorted(val.ids)
+            conf = ConfusionMatrix(len(CLASSES))
+            for i, image_id in enumerate(val.ids):
+                png = Image.open(pred_dir / f"{image_id}.png")
+                assert png.mode == "P" and png.size == val.image(i).size
+                conf.update(val.mask(i), np.array(png))
+            assert round(100 * conf.miou(), 4) == pytest.approx(result["miou"], abs=1e-9)
+            per_class = {c: (None if np.isnan(v) else round(100 * v, 4)) for c, v in zip(CLASSES, conf.iou())}
+            assert per_class == result["per_class_iou"]
+        assert not list((out / "cache").glob("*")), "keep_cache=false removes the caches it built"
+    table = (runs / "compare" / "probe-default.md").read_text()
+    assert "| tiny | skipless | timm |" in table and "| random |" in table
+    assert "single mIoU" in table and "multiscale mIoU" in table
+    assert checkpoint_in(runs / "tiny" / "eval" / "probe-default.json", runs / "tiny" / "backbone.pt")
+
+
+def checkpoint_in(json_path, backbone):
+    return json.loads(json_path.read_text())["checkpoint"] == str(backbone)
+
+
+def test_kept_cache_is_reused_with_the_same_result(setup, capsys):
+    tmp, _, args = setup
+    ckpt = f"ckpt={tmp / 'runs' / 'tiny'}"
+    main(args + [ckpt, "keep_cache=true", "figure_images=0"])
+    first = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
+    assert len(list((tmp / "runs/tiny/eval/cache").glob("probe-default-*/meta.json"))) == 2
+    main(args + [ckpt, "keep_cache=true", "figure_images=0"])
+    second = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
+    assert second["timings"]["cache_reused"] and not first["timings"]["cache_reused"]
+    assert second["miou"] == first["miou"] and second["sweep"] == first["sweep"]
+    assert "table written" not in capsys.readouterr().out  # one backbone: printed, not saved
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["dataset=pascal"], "expected one of: default, voc, ade20k, cocostuff"),
+    (["dataset=voc", "datasets.voc.root=/nowhere"], "VOCdevkit/VOC2012"),
+    (["multiscale=2"], "multiscale must be 0, 1 or both"),
+    (["datasets.default.resolution=30"], "multiple of the patch size 16"),
+    (["lyaer=3"], "unknown config key 'lyaer'"),
+    (["layer=5"], "out of range"),
+])
+def test_bad_input_is_one_clear_error(setup, extra, message):
+    tmp, _, args = setup
+    with pytest.raises(SystemExit) as err:
+        main(args + [f"ckpt={tmp / 'runs' / 'tiny'}"] + extra)
+    text = str(err.value)
+    assert text.startswith("error: ") and message in text and "\n" not in text
+
+
+def test_multiscale_blocks_are_spread_over_the_depth():
+    assert spread_layers(12, 4) == [2, 5, 8, 11]
+    assert spread_layers(12, 1) == [11] and spread_layers(6, 3) == [1, 3, 5] and spread_layers(2, 4) == [0, 1]
