@@ -22,7 +22,8 @@ def setup(tmp_path):
     torch.manual_seed(0)
     save_backbone(tmp_path / "runs" / "tiny" / "backbone.pt",
                   create_vit("vit_tiny", residual="skipless", init="timm", depth=2, img_size=32))  # cutskip: 4 s
-    args = [f"datasets.default.root={data}", "datasets.default.resolution=32", "datasets.default.train_subset=null",
+    args = [f"datasets.default.root={data}", "datasets.default.resolution=32", "datasets.default.label_size=null",
+            "datasets.default.train_subset=null",
             f"runs_root={tmp_path / 'runs'}", "epochs=2", "lrs=[1e-3,1e-2]", "batch_size=4", "num_workers=0",
             "progress=false", "figure_images=2", "val_every=1", "extract_batch_size=4"]
     return tmp_path, data, args
@@ -98,3 +99,13 @@ def test_bad_input_is_one_clear_error(setup, extra, message):
 def test_multiscale_blocks_are_spread_over_the_depth():
     assert spread_layers(12, 4) == [2, 5, 8, 11]
     assert spread_layers(12, 1) == [11] and spread_layers(6, 3) == [1, 3, 5] and spread_layers(2, 4) == [0, 1]
+
+
+def test_bench_naive_probe_matches_the_cached_one(setup):
+    """The benchmark's two ways (cache vs backbone every step) train the same head to the same mIoU."""
+    from eval.probe_bench import bench_probe
+    tmp, data, _ = setup
+    r = bench_probe(quick=True, ckpt=str(tmp / "runs" / "tiny"), root=str(data), num_workers=0)
+    assert r["n_train"] == 8 and r["naive"]["lr"] == r["cached"]["best_lr"]
+    assert r["naive"]["miou"] == pytest.approx(r["cached"]["best_miou"], abs=0.5)
+    assert r["naive"]["sweep_total_s_extrapolated"] == pytest.approx(4 * r["naive"]["one_lr_total_s"])

@@ -7,6 +7,8 @@ Sections (each can be chosen with ``--only``):
   FLOP utilisation where the GPU's peak is known. ``peak_memory_mb`` is the CUDA peak of the step on a
   GPU; on a CPU it is the process's peak resident memory so far (rows run in order, so it only grows).
 - ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
+- ``probe``: a linear-probe lr sweep with cached features vs running the backbone every step, on
+  the embedded default (``eval/probe_bench.py``; needs a run under ``runs/``, the repo root as cwd).
 
 Speed is measured here and never asserted in tests (SPEC section 9).
 """
@@ -149,7 +151,7 @@ def markdown_table(rows: list[dict], keys: list[str]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("pretrain", "init")
+SECTIONS = ("pretrain", "init", "probe")
 
 
 def main() -> None:
@@ -171,6 +173,13 @@ def main() -> None:
         print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
                                     "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
                                     "peak_memory_mb"]))
+    if "probe" in args.only:
+        from eval.probe_bench import bench_probe  # the evaluators live at the repo root, beside src/
+        results["probe"] = r = bench_probe(args.quick)
+        print(f"\nprobe sweep ({len(r['lrs'])} lrs x {r['epochs']} epochs, {r['n_train']} train images, "
+              f"{r['backbone']}): cached {r['cached']['total_s']:.1f} s (mIoU {r['cached']['best_miou']:.1f} at lr "
+              f"{r['cached']['best_lr']:g}); backbone every step {r['naive']['sweep_total_s_extrapolated']:.1f} s "
+              f"(one lr measured x {len(r['lrs'])}; mIoU {r['naive']['miou']:.1f}): {r['speedup']:.1f}x")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

@@ -1,0 +1,113 @@
+"""Benchmark of the probe's cache: a whole lr sweep with cached features vs the backbone every step.
+
+SPEC section 9 asks for "probe sweeps that cost one backbone pass". This measures, on the embedded
+default, the wall time of the same sweep done two ways, and the mIoU of each:
+
+- cached (what ``eval.probe`` does): one backbone pass over the train and val images, then every
+  lr trained side by side for all epochs over the cache, then scoring;
+- naive: images decoded and the backbone run for every batch of every epoch, one lr at a time, as
+  a probe without a cache would. One lr (the cached sweep's best) is run for all epochs and
+  scored; since every lr costs the same, the naive time of the sweep is that time x the number of
+  lrs (reported as extrapolated). Its mIoU should equal the cached one at that lr up to float16
+  rounding of the cache: same head init, same batches in the same order.
+
+``python -m eval.probe_bench [--quick]`` prints the result; ``make bench`` runs it as section
+``probe`` (``skipless.bench``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from .backbones import load_spec, resolve_backbones, resolve_device
+from .feature_cache import ProbeSamples, build_cache, patch_features, resolve_layers
+from .linear_probe import LinearHeads, cache_batches, epoch_order, evaluate_full, train_heads
+from .seg_datasets import build_split
+
+
+def _naive_batches(model: torch.nn.Module, dataset: Any, layers: list[int], resolution: int, label_size: int,
+                   batch_size: int, seed: int, device: torch.device, num_workers: int, feature_norm: bool):
+    """Epoch -> batches with features computed now, by the backbone, from decoded images."""
+    samples = ProbeSamples(dataset, resolution, label_size)
+
+    def batches(epoch: int):
+        order = epoch_order(np.arange(len(dataset)), epoch, seed)
+        chunks = [np.sort(order[s:s + batch_size]) for s in range(0, len(order), batch_size)]
+        loader = DataLoader(Subset(samples, np.concatenate(chunks).tolist()), batch_size=batch_size,
+                            num_workers=num_workers)
+        for x, y, _ in loader:
+            with torch.inference_mode():
+                f = patch_features(model, x.to(device), layers, feature_norm)
+            yield f.permute(0, 3, 1, 2).float().clone(), y.to(device).long()
+
+    return batches
+
+
+def bench_probe(quick: bool = False, ckpt: str | None = None, device: str = "auto", root: str = "data/default",
+                runs_root: str = "runs", num_workers: int = 2) -> dict[str, Any]:
+    """Time the cached sweep and the naive one on the embedded default; returns a JSON-able dict."""
+    dev = resolve_device(device)
+    n_train, n_val, epochs = (64, 32, 4) if quick else (200, 200, 30)
+    lrs, resolution, label_size, batch_size, seed = [3e-4, 1e-3, 3e-3, 1e-2], 160, 20, 16, 0
+    settings = {"root": root, "train_split": "train", "val_split": "val", "train_subset": n_train, "val_subset": n_val}
+    train_ds, val_ds = build_split("default", settings, "train", seed), build_split("default", settings, "val", seed)
+    spec = resolve_backbones(ckpt, runs_root=runs_root)[0]
+    model = load_spec(spec, dev, seed=seed)
+    layers = resolve_layers([-1], len(model.blocks))
+    k = train_ds.num_classes
+    n_train, n_val = len(train_ds), len(val_ds)  # smaller when the dataset is
+    steps = -(-n_train // batch_size)
+
+    t0 = time.perf_counter()
+    caches = [build_cache(model, ds, layers, resolution=resolution, label_size=label_size, device=dev,
+                          num_workers=num_workers, progress=False) for ds in (train_ds, val_ds)]
+    t_extract = time.perf_counter() - t0
+    torch.manual_seed(seed)
+    heads = LinearHeads({"single": caches[0].channels(layers)}, k, lrs).to(dev)
+    init = {j: {n: p.detach().clone() for n, p in heads.heads["single"][j].state_dict().items()} for j in range(len(lrs))}
+    trained = train_heads(heads, cache_batches(caches[0], batch_size, seed, dev), steps, epochs=epochs, progress=False)
+    t1 = time.perf_counter()
+    conf = evaluate_full(heads, caches[1], val_ds, dev, num_workers=num_workers, progress=False)
+    t_eval = time.perf_counter() - t1
+    cached_total = time.perf_counter() - t0
+    mious = [conf[("single", j)].miou() for j in range(len(lrs))]
+    best = int(np.nanargmax(mious))
+
+    t0 = time.perf_counter()
+    naive = LinearHeads({"single": np.arange(caches[0].feats.shape[-1])}, k, [lrs[best]]).to(dev)
+    naive.heads["single"][0].load_state_dict(init[best])
+    train_heads(naive, _naive_batches(model, train_ds, layers, resolution, label_size, batch_size, seed, dev,
+                                      num_workers, True), steps, epochs=epochs, progress=False)
+    val_cache = build_cache(model, val_ds, layers, resolution=resolution, label_size=label_size, device=dev,
+                            num_workers=num_workers, progress=False)  # a naive probe runs the backbone to score, too
+    naive_conf = evaluate_full(naive, val_cache, val_ds, dev, num_workers=num_workers, progress=False)
+    naive_one = time.perf_counter() - t0
+    return {
+        "backbone": spec.name, "device": str(dev), "n_train": n_train, "n_val": n_val, "epochs": epochs,
+        "lrs": lrs, "resolution": resolution, "label_size": label_size, "batch_size": batch_size,
+        "cached": {"extract_s": t_extract, "train_s": trained.train_s, "eval_s": t_eval, "total_s": cached_total,
+                   "miou_per_lr": [round(100 * m, 3) for m in mious], "best_lr": lrs[best],
+                   "best_miou": round(100 * mious[best], 3)},
+        "naive": {"one_lr_total_s": naive_one, "sweep_total_s_extrapolated": naive_one * len(lrs),
+                  "lr": lrs[best], "miou": round(100 * naive_conf[("single", 0)].miou(), 3)},
+        "speedup": naive_one * len(lrs) / cached_total,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="probe sweep: cached features vs the backbone every step")
+    parser.add_argument("--quick", action="store_true", help="a few images and epochs (a smoke run)")
+    parser.add_argument("--ckpt", default=None, help="run folder or backbone file (default: the newest run)")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    print(json.dumps(bench_probe(args.quick, args.ckpt, args.device), indent=1))
+
+
+if __name__ == "__main__":
+    main()
