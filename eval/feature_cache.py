@@ -219,16 +219,22 @@ def build_cache(model: nn.Module, dataset: Any, layers: Sequence[int], *, resolu
                         num_workers=num_workers, pin_memory=device.type == "cuda")
     start, t0 = 0, time.perf_counter()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and device.type == "cuda")
-    with tqdm(total=len(dataset), desc=desc, unit="img", disable=not progress, leave=False) as bar:
-        for x, y, ok in loader:
-            with autocast:
-                f = patch_features(model, x.to(device, non_blocking=True), layers, feature_norm)
-            end = start + x.shape[0]
-            feats[start:end] = f.float().cpu().numpy().astype(np.float16)
-            labels[start:end] = y.numpy()
-            valid[start:end] = ok.numpy()
-            start = end
-            bar.update(x.shape[0])
+    try:
+        with tqdm(total=len(dataset), desc=desc, unit="img", disable=not progress, leave=False) as bar:
+            for x, y, ok in loader:
+                with autocast:
+                    f = patch_features(model, x.to(device, non_blocking=True), layers, feature_norm)
+                end = start + x.shape[0]
+                feats[start:end] = f.float().cpu().numpy().astype(np.float16)
+                labels[start:end] = y.numpy()
+                valid[start:end] = ok.numpy()
+                start = end
+                bar.update(x.shape[0])
+    except BaseException:  # interrupted or failed: leave no half-written cache (gigabytes) behind
+        if folder is not None:
+            del feats, labels
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
     extract_s = time.perf_counter() - t0
     meta = {"format": FORMAT, "key": json.loads(json.dumps(key)), "layers": layers, "dim": dim,
             "skipped": int((~valid).sum()), "extract_s": extract_s}

@@ -163,8 +163,6 @@ def _figure(path: Path, heads: LinearHeads, key: tuple[str, int], cache: Feature
 def probe_backbone(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: Any,
                    device: torch.device) -> dict[str, dict[str, Any]]:
     """Probe one backbone; returns, per head group, the result written to its JSON file."""
-    from torch.utils.tensorboard import SummaryWriter
-
     t_start = time.perf_counter()
     name, groups = str(cfg.dataset), parse_multiscale(cfg.multiscale)
     model = load_spec(spec, device, seed=int(cfg.seed))
@@ -172,9 +170,30 @@ def probe_backbone(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: A
     layers = group_layers(cfg, groups, depth)
     resolution, label_size = probe_sizes(dataset_settings(cfg), patch)
     union = sorted({i for ls in layers.values() for i in ls})
-    train_cache = _cache(cfg, model, spec, train_ds, "train", union, resolution, label_size, device)
-    val_cache = _cache(cfg, model, spec, val_ds, "val", union, resolution, label_size, device)
-    del model
+    caches: list[FeatureCache] = []
+    try:
+        caches.append(_cache(cfg, model, spec, train_ds, "train", union, resolution, label_size, device))
+        caches.append(_cache(cfg, model, spec, val_ds, "val", union, resolution, label_size, device))
+        del model
+        results = _train_and_score(cfg, spec, train_ds, val_ds, *caches, layers, resolution, label_size, device)
+    finally:
+        for c in caches:
+            if cfg.cache == "disk" and not cfg.keep_cache and not c.reused:
+                c.delete()
+    total = time.perf_counter() - t_start
+    for g, result in results.items():
+        result["timings"]["total_s"] = total
+        write_text(Path(spec.out_dir) / f"probe-{name}{GROUPS[g][0]}.json", json.dumps(result, indent=1) + "\n")
+    return results
+
+
+def _train_and_score(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: Any, train_cache: FeatureCache,
+                     val_cache: FeatureCache, layers: dict[str, list[int]], resolution: int, label_size: int,
+                     device: torch.device) -> dict[str, dict[str, Any]]:
+    """Train every head over the caches, score them, write figures, heads and TensorBoard; the results."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    name, groups = str(cfg.dataset), list(layers)
     lrs = [float(lr) for lr in cfg.lrs]
     if not lrs:
         raise ConfigError("lrs is empty; give at least one learning rate")
@@ -249,11 +268,10 @@ def probe_backbone(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: A
             "n_train": n_train, "n_val": int(val_cache.valid.sum()),
             "skipped_images": {"train": int((~train_cache.valid).sum()), "val": int((~val_cache.valid).sum())},
             "train_ids_sha1": _ids_hash(train_ds.ids), "device": str(device),
-            "timings": dict(timings, total_s=time.perf_counter() - t_start),
+            "timings": dict(timings),
             "figure": str(figure) if figure else None, "predictions": str(pred_dir) if pred_dir else None,
             "config": OmegaConf.to_container(cfg, resolve=True),
         }
-        write_text(out_dir / f"{stem}.json", json.dumps(result, indent=1) + "\n")
         w = writers[g]
         for s in sweep:
             w.add_scalar(f"probe/val_miou/lr={s['lr']:g}", s["miou"] or 0.0, epochs)
@@ -262,12 +280,6 @@ def probe_backbone(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: A
             w.add_image("probe/examples", figure_array(figure), epochs)
         w.close()
         results[g] = result
-    for c in (train_cache, val_cache):
-        if cfg.cache == "disk" and not cfg.keep_cache and not c.reused:
-            c.delete()
-    total = time.perf_counter() - t_start
-    for r in results.values():
-        r["timings"]["total_s"] = total
     return results
 
 
