@@ -43,7 +43,7 @@ help: ## list targets and variables
 	@echo "  DATA=default|imagenet [$(DATA)]   DATA_ROOT=path to a real dataset (see data/README.md)"
 	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
-	@echo "  MULTISCALE=0|1 (probe)   LAYER=all|<block index> (tokencut)   IMAGES=<folder> (pca)"
+	@echo "  MULTISCALE=0|1|both (probe)   LAYER=all|<block index> (tokencut)   IMAGES=<folder> (pca)"
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
 

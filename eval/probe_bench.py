@@ -50,8 +50,22 @@ def _naive_batches(model: torch.nn.Module, dataset: Any, layers: list[int], reso
 
 
 def bench_probe(quick: bool = False, ckpt: str | None = None, device: str = "auto", root: str = "data/default",
-                runs_root: str = "runs", num_workers: int = 2) -> dict[str, Any]:
-    """Time the cached sweep and the naive one on the embedded default; returns a JSON-able dict."""
+                runs_root: str = "runs", num_workers: int = 2, cpu_threads: int | None = 1) -> dict[str, Any]:
+    """Time the cached sweep and the naive one on the embedded default; returns a JSON-able dict.
+
+    ``cpu_threads`` is set for the measurement (and restored after), as ``eval.probe`` does: with
+    torch's default (every core) on a CPU shared with other jobs, small ops slow down erratically.
+    """
+    threads = torch.get_num_threads()
+    if cpu_threads is not None:
+        torch.set_num_threads(cpu_threads)
+    try:
+        return _bench(quick, ckpt, device, root, runs_root, num_workers)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _bench(quick: bool, ckpt: str | None, device: str, root: str, runs_root: str, num_workers: int) -> dict[str, Any]:
     dev = resolve_device(device)
     # the naive sweep runs the backbone n_train x epochs x lrs times: 100 images keep it ~10 min on a 2-core CPU
     n_train, n_val, epochs = (64, 32, 4) if quick else ((500, 500, 30) if dev.type == "cuda" else (100, 100, 30))
@@ -90,7 +104,7 @@ def bench_probe(quick: bool = False, ckpt: str | None = None, device: str = "aut
     naive_conf = evaluate_full(naive, val_cache, val_ds, dev, num_workers=num_workers, progress=False)
     naive_one = time.perf_counter() - t0
     return {
-        "backbone": spec.name, "device": str(dev), "n_train": n_train, "n_val": n_val, "epochs": epochs,
+        "backbone": spec.name, "device": str(dev), "cpu_threads": torch.get_num_threads(), "n_train": n_train, "n_val": n_val, "epochs": epochs,
         "lrs": lrs, "resolution": resolution, "label_size": label_size, "batch_size": batch_size,
         "cached": {"extract_s": t_extract, "train_s": trained.train_s, "eval_s": t_eval, "total_s": cached_total,
                    "miou_per_lr": [round(100 * m, 3) for m in mious], "best_lr": lrs[best],
