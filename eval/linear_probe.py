@@ -156,15 +156,26 @@ def epoch_order(n_valid: np.ndarray, epoch: int, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n_valid)
 
 
-def cache_batches(cache: Any, batch_size: int, seed: int, device: torch.device | str
+def cache_batches(cache: Any, batch_size: int, seed: int, device: torch.device | str, views: Sequence[Any] = ()
                   ) -> Callable[[int], Iterator[tuple[torch.Tensor, torch.Tensor]]]:
-    """Epoch -> batches ``(feats (B, C, h, w), labels (B, L, L))`` read from a ``FeatureCache``."""
+    """Epoch -> batches ``(feats (B, C, h, w), labels (B, L, L))`` read from a ``FeatureCache``.
+
+    ``views``: caches of augmented copies of the same images in the same order (e.g. mirrored);
+    each epoch every image is read from one of ``cache, *views``, drawn with ``seed``, so an
+    augmentation costs one more backbone pass per view, not one per epoch.
+    """
     indices = np.flatnonzero(cache.valid)
+    sources = [cache, *views]
+    if any(len(v) != len(cache) for v in views):
+        raise ValueError("augmented views must hold the same images as the cache")
 
     def batches(epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = epoch_order(indices, epoch, seed)
+        pick = np.random.default_rng([seed, epoch, 1]).integers(0, len(sources), size=len(order))
         for start in range(0, len(order), batch_size):
-            yield cache.batch(order[start:start + batch_size], device)
+            chunk, which = order[start:start + batch_size], pick[start:start + batch_size]
+            parts = [sources[v].batch(chunk[which == v], device) for v in range(len(sources)) if (which == v).any()]
+            yield torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
 
     return batches
 

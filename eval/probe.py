@@ -45,7 +45,7 @@ from .linear_probe import LinearHeads, cache_batches, evaluate_cached, evaluate_
 from .miou import ConfusionMatrix
 from .probe_outputs import example_figure, figure_array, save_prediction
 from .report import compare_dir, markdown_table, write_text
-from .seg_datasets import DATASETS, UnknownDatasetError, build_split
+from .seg_datasets import DATASETS, Mirrored, UnknownDatasetError, build_split
 
 GROUPS = {"single": ("", "single"), "ms": ("-ms", "multiscale")}  # name -> (file suffix, title)
 
@@ -128,7 +128,8 @@ def _reset_dir(path: Path) -> Path:
 
 def _cache(cfg: DictConfig, model: torch.nn.Module, spec: BackboneSpec, dataset: Any, which: str,
            layers: list[int], resolution: int, label_size: int, device: torch.device) -> FeatureCache:
-    key = {"backbone": _backbone_key(spec, cfg.seed), "dataset": dataset.name, "split": getattr(dataset, "split", which),
+    key = {"backbone": _backbone_key(spec, cfg.seed), "dataset": dataset.name,
+           "split": f"{which}:{getattr(dataset, 'split', '')}",
            "ids": _ids_hash(dataset.ids), "amp": bool(cfg.amp and device.type == "cuda")}
     folder = None
     if cfg.cache == "disk":
@@ -170,12 +171,18 @@ def probe_backbone(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: A
     layers = group_layers(cfg, groups, depth)
     resolution, label_size = probe_sizes(dataset_settings(cfg), patch)
     union = sorted({i for ls in layers.values() for i in ls})
+    if cfg.augmentation not in ("none", "flip"):
+        raise ConfigError(f"augmentation must be none or flip, got {cfg.augmentation!r}")
     caches: list[FeatureCache] = []
     try:
         caches.append(_cache(cfg, model, spec, train_ds, "train", union, resolution, label_size, device))
         caches.append(_cache(cfg, model, spec, val_ds, "val", union, resolution, label_size, device))
+        if cfg.augmentation == "flip":
+            caches.append(_cache(cfg, model, spec, Mirrored(train_ds), "train-mirrored", union, resolution,
+                                 label_size, device))
         del model
-        results = _train_and_score(cfg, spec, train_ds, val_ds, *caches, layers, resolution, label_size, device)
+        results = _train_and_score(cfg, spec, train_ds, val_ds, caches[0], caches[1], caches[2:], layers,
+                                   resolution, label_size, device)
     finally:
         for c in caches:
             if cfg.cache == "disk" and not cfg.keep_cache and not c.reused:
@@ -188,8 +195,8 @@ def probe_backbone(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: A
 
 
 def _train_and_score(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: Any, train_cache: FeatureCache,
-                     val_cache: FeatureCache, layers: dict[str, list[int]], resolution: int, label_size: int,
-                     device: torch.device) -> dict[str, dict[str, Any]]:
+                     val_cache: FeatureCache, views: list[FeatureCache], layers: dict[str, list[int]],
+                     resolution: int, label_size: int, device: torch.device) -> dict[str, dict[str, Any]]:
     """Train every head over the caches, score them, write figures, heads and TensorBoard; the results."""
     from torch.utils.tensorboard import SummaryWriter
 
@@ -216,15 +223,17 @@ def _train_and_score(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds:
 
     n_train = int(train_cache.valid.sum())
     steps = -(-n_train // int(cfg.batch_size))
-    trained = train_heads(heads, cache_batches(train_cache, int(cfg.batch_size), int(cfg.seed), device), steps,
+    batches = cache_batches(train_cache, int(cfg.batch_size), int(cfg.seed), device, views=views)
+    trained = train_heads(heads, batches, steps,
                           epochs=epochs, optimizer=str(cfg.optimizer), weight_decay=float(cfg.weight_decay),
                           on_epoch=on_epoch, progress=bool(cfg.progress), desc=f"{spec.name}: heads")
     t_eval = time.perf_counter()
     conf = evaluate_full(heads, val_cache, val_ds, device, num_workers=_num_workers(cfg.num_workers),
                          progress=bool(cfg.progress), desc=f"{spec.name}: val")
     eval_s = time.perf_counter() - t_eval
-    timings = {"extract_train_s": train_cache.extract_s, "extract_val_s": val_cache.extract_s,
-               "cache_reused": bool(train_cache.reused and val_cache.reused),
+    timings = {"extract_train_s": train_cache.extract_s + sum(v.extract_s for v in views),
+               "extract_val_s": val_cache.extract_s,
+               "cache_reused": all(c.reused for c in (train_cache, val_cache, *views)),
                "train_s": trained.train_s, "eval_s": eval_s}
     results = {}
     for g in groups:

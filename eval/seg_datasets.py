@@ -260,7 +260,7 @@ class Subset:
 
     def __init__(self, base: Any, indices: Sequence[int]) -> None:
         self.base, self.indices = base, [int(i) for i in indices]
-        self.name, self.class_names = base.name, base.class_names
+        self.name, self.class_names, self.split = base.name, base.class_names, getattr(base, "split", "")
         self.ids = [base.ids[i] for i in self.indices]
 
     @property
@@ -275,6 +275,27 @@ class Subset:
 
     def mask(self, index: int) -> np.ndarray:
         return self.base.mask(self.indices[index])
+
+
+class Mirrored:
+    """The same images and label maps, flipped left to right (the probe's ``augmentation: flip``)."""
+
+    def __init__(self, base: Any) -> None:
+        self.base, self.name, self.class_names, self.ids = base, base.name, base.class_names, base.ids
+        self.split = f"{getattr(base, 'split', '')}-mirrored"
+
+    @property
+    def num_classes(self) -> int:
+        return self.base.num_classes
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def image(self, index: int) -> Image.Image:
+        return self.base.image(index).transpose(Image.FLIP_LEFT_RIGHT)
+
+    def mask(self, index: int) -> np.ndarray:
+        return np.ascontiguousarray(self.base.mask(index)[:, ::-1])
 
 
 def random_subset(dataset: Any, size: int | None, seed: int) -> Any:

@@ -71,6 +71,24 @@ def test_heads_trained_side_by_side_equal_heads_trained_alone():
     assert not torch.allclose(together.heads["ms"][0].weight, a.weight)
 
 
+def test_augmented_views_give_each_image_once_per_epoch_from_one_view():
+    cache, _ = _separable_cache(n=10, dim=3)
+    view = FeatureCache(cache.feats + np.float16(100), cache.labels, cache.valid, cache.layers, cache.dim)
+    batches = cache_batches(cache, 4, seed=0, device="cpu", views=[view])
+    used = set()
+    for epoch in (1, 2, 3):
+        feats = torch.cat([f for f, _ in batches(epoch)])
+        assert feats.shape[0] == 10
+        from_view = feats[:, 0, 0, 0] > 50
+        # undo the view's offset: every image of the cache appears exactly once
+        plain = torch.where(from_view[:, None, None, None], feats - 100, feats)
+        ref = torch.from_numpy(cache.feats.astype(np.float32)).permute(0, 3, 1, 2)
+        matches = [int(((plain[i] - ref).abs().amax(dim=(1, 2, 3)) < 0.1).nonzero()[0]) for i in range(10)]
+        assert sorted(matches) == list(range(10))
+        used |= set(from_view.tolist())
+    assert used == {True, False}
+
+
 def test_grouped_loss_equals_one_head_at_a_time():
     torch.manual_seed(0)
     k, heads = 5, 3

@@ -80,12 +80,22 @@ def test_kept_cache_is_reused_with_the_same_result(setup, capsys):
     assert "table written" not in capsys.readouterr().out  # one backbone: printed, not saved
 
 
+def test_flip_augmentation_caches_a_mirrored_view(setup):
+    tmp, _, args = setup
+    main(args + [f"ckpt={tmp / 'runs' / 'tiny'}", "augmentation=flip", "keep_cache=true", "figure_images=0"])
+    caches = sorted(p.parent.name.rsplit("-", 1)[0] for p in (tmp / "runs/tiny/eval/cache").glob("*/meta.json"))
+    assert caches == ["probe-default-train", "probe-default-train-mirrored", "probe-default-val"]
+    result = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
+    assert result["config"]["augmentation"] == "flip" and result["n_train"] == 8
+
+
 @pytest.mark.parametrize("extra, message", [
     (["dataset=pascal"], "expected one of: default, voc, ade20k, cocostuff"),
     (["dataset=voc", "datasets.voc.root=/nowhere"], "VOCdevkit/VOC2012"),
     (["multiscale=2"], "multiscale must be 0, 1 or both"),
     (["datasets.default.resolution=30"], "multiple of the patch size 16"),
     (["lyaer=3"], "unknown config key 'lyaer'"),
+    (["augmentation=crop"], "augmentation must be none or flip"),
     (["layer=5"], "out of range"),
 ])
 def test_bad_input_is_one_clear_error(setup, extra, message):

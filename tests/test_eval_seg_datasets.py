@@ -139,3 +139,14 @@ def test_unknown_dataset_lists_the_known_ones():
     with pytest.raises(UnknownDatasetError) as err:
         build_split("pascal", {"root": ".", "train_split": "train", "val_split": "val"}, "train")
     assert all(name in str(err.value) for name in DATASETS)
+
+
+def test_mirrored_flips_image_and_labels_together(tmp_path):
+    from eval.seg_datasets import Mirrored
+    root = write_voc(tmp_path, n_train=2, n_val=1)
+    ds = VOCSegDataset(root, "train")
+    flipped = Mirrored(random_subset(ds, 1, seed=0))
+    assert flipped.ids == random_subset(ds, 1, seed=0).ids and len(flipped) == 1
+    i = ds.ids.index(flipped.ids[0])
+    assert np.array_equal(flipped.mask(0), ds.mask(i)[:, ::-1])
+    assert np.array_equal(np.asarray(flipped.image(0)), np.asarray(ds.image(i))[:, ::-1])
