@@ -42,7 +42,6 @@ from skipless.models.checkpoint import BackboneLoadError
 from .backbones import BackboneNotFoundError, BackboneSpec, load_spec, resolve_backbones, resolve_device
 from .feature_cache import FeatureCache, build_cache, resolve_layers
 from .linear_probe import LinearHeads, cache_batches, evaluate_cached, evaluate_full, train_heads, upsample_argmax
-from .miou import ConfusionMatrix
 from .probe_outputs import example_figure, figure_array, save_prediction
 from .report import compare_dir, markdown_table, write_text
 from .seg_datasets import DATASETS, Mirrored, UnknownDatasetError, build_split
