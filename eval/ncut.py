@@ -10,7 +10,10 @@ Transformer and Normalized Cut", TPAMI 2023; reference code YangtaoWANG95/TokenC
 2. Ncut (Shi and Malik 2000): the eigenvector of the second-smallest eigenvalue of
    ``(D - A) x = lambda D x``, ``D = diag(A 1)`` (``second_eigenvectors``);
 3. foreground = entries above the mean of ``x``; the seed is ``argmax |x|``; if the seed falls
-   outside, the partition is flipped, so the seed is always foreground (``bipartition``);
+   outside, the partition is flipped, so the seed is always foreground (``bipartition``). Exact
+   ties are common in a binary graph (patches with the same neighbours get equal entries) and may
+   sit in different components; the reference breaks them by rounding noise, here by position:
+   the first entry within a relative ``SEED_RTOL`` of the maximum, so every solver agrees;
 4. the 4-connected component of the foreground patch mask that holds the seed (the rule of
    ``scipy.ndimage.label``'s default structure, as in the reference), its extent in patches, times
    the patch size, clipped to the image: the box (``seed_component``, ``component_box``).
@@ -19,10 +22,16 @@ Speed. The reference solves the dense generalized problem in float64 on the CPU 
 (``scipy.linalg.eigh(D - A, D, subset_by_index=[1, 2])``). Here the same eigenvector comes from the
 symmetric normalised Laplacian ``L = D^-1/2 (D - A) D^-1/2 = I - D^-1/2 A D^-1/2``: if ``L y = lambda y``
 then ``x = D^-1/2 y`` solves the generalized problem with the same lambda, and ``x^T D x = y^T y = 1``,
-the normalisation scipy uses. ``torch.linalg.eigh`` solves all blocks of an image in one batched
-call on the device that holds the features. The sign of an eigenvector is arbitrary, and so is any
-positive scale: the mean split and the seed rule are invariant to both (a flipped vector gives the
-complementary split, which the seed rule flips back), so no sign convention is needed.
+the normalisation scipy uses. Two solvers of that symmetric problem:
+
+- ``ncut_spectrum``: ``torch.linalg.eigh``, all blocks of an image in one batched call on the
+  device that holds the features (the GPU path);
+- ``lapack_spectrum``: LAPACK's MRRR driver (``syevr``) asked for eigenpairs 1..2 only, float64,
+  one block at a time (the CPU path: a full eigendecomposition is wasted work there).
+
+The sign of an eigenvector is arbitrary, and so is any positive scale: the mean split and the
+seed rule are invariant to both (a flipped vector gives the complementary split, which the seed
+rule flips back), so no sign convention is needed. ``eval/tokencut_bench.py`` times them all.
 """
 from __future__ import annotations
 
@@ -36,6 +45,8 @@ from scipy import ndimage
 
 TAU = 0.2
 EPS = 1e-5
+SEED_RTOL = 1e-5  # |x| entries this close to the maximum count as tied (float32 eigenvectors included)
+UNIQUE_GAP = 1e-6  # lambda_3 - lambda_2 below this: no unique Ncut vector, the box is arbitrary
 
 
 def affinity(feats: torch.Tensor, tau: float = TAU, eps: float = EPS) -> torch.Tensor:
@@ -55,30 +66,53 @@ def affinity(feats: torch.Tensor, tau: float = TAU, eps: float = EPS) -> torch.T
     return torch.where(sim > tau, torch.ones_like(sim), torch.full_like(sim, eps))
 
 
-def second_eigenvectors(adjacency: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Ncut vectors: the second-smallest generalized eigenvectors of ``(D - A) x = lambda D x``.
+def ncut_spectrum(adjacency: torch.Tensor, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ncut vectors and the gaps ``lambda_3 - lambda_2`` of ``(D - A) x = lambda D x``.
 
     Solved as the symmetric standard problem of ``I - D^-1/2 A D^-1/2`` with one batched
     ``torch.linalg.eigh`` on ``adjacency``'s device, mapped back by ``x = D^-1/2 y``.
 
     Args:
-        adjacency: (..., N, N) symmetric, positive entries (``affinity``).
+        adjacency: (..., N, N) symmetric, positive entries (``affinity``), N >= 3.
         dtype: solver precision. float64 agrees with the reference's float64 solve; float32 is
-            faster on GPUs but can swap near-equal eigenvalues (see ``eval/tokencut_bench.py``).
+            faster on GPUs (see ``eval/tokencut_bench.py``).
 
     Returns:
-        x (..., N) in ``dtype``, with ``x^T D x = 1``; its sign is arbitrary.
+        ``(x (..., N), gap (...))`` in ``dtype``: the second-smallest generalized eigenvectors,
+        ``x^T D x = 1``, sign arbitrary; a gap below ``UNIQUE_GAP`` means ``x`` is not unique
+        (e.g. a complete graph, where every similarity is above tau).
     """
     a = adjacency.to(dtype)
     inv_sqrt = a.sum(-1).rsqrt()
     n = a.shape[-1]
     laplacian = torch.eye(n, dtype=dtype, device=a.device) - inv_sqrt[..., :, None] * a * inv_sqrt[..., None, :]
     laplacian = (laplacian + laplacian.transpose(-2, -1)) / 2  # exact symmetry for eigh
-    _, vectors = torch.linalg.eigh(laplacian)  # ascending eigenvalues
-    return inv_sqrt * vectors[..., 1]
+    values, vectors = torch.linalg.eigh(laplacian)  # ascending eigenvalues
+    return inv_sqrt * vectors[..., 1], values[..., 2] - values[..., 1]
 
 
-def second_eigenvector_reference(adjacency: np.ndarray, subset: bool = True) -> np.ndarray:
+def second_eigenvectors(adjacency: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The Ncut vectors (..., N) alone (see ``ncut_spectrum``)."""
+    return ncut_spectrum(adjacency, dtype)[0]
+
+
+def lapack_spectrum(adjacency: np.ndarray) -> tuple[np.ndarray, float]:
+    """Ncut vector and gap from the normalised Laplacian's eigenpairs 1..2 only (LAPACK ``syevr``, float64).
+
+    Args:
+        adjacency: (N, N), N >= 3.
+
+    Returns:
+        ``(x (N,) float64 with x^T D x = 1, gap lambda_3 - lambda_2)``, as ``ncut_spectrum``.
+    """
+    a = np.asarray(adjacency, dtype=np.float64)
+    inv_sqrt = 1.0 / np.sqrt(a.sum(1))
+    laplacian = np.eye(len(a)) - inv_sqrt[:, None] * a * inv_sqrt[None, :]
+    values, vectors = scipy.linalg.eigh(laplacian, subset_by_index=[1, 2], driver="evr")
+    return inv_sqrt * vectors[:, 0], float(values[1] - values[0])
+
+
+def reference_spectrum(adjacency: np.ndarray, subset: bool = True) -> tuple[np.ndarray, float]:
     """The reference solve: dense generalized float64 ``scipy.linalg.eigh(D - A, D)`` on the CPU.
 
     Args:
@@ -86,15 +120,20 @@ def second_eigenvector_reference(adjacency: np.ndarray, subset: bool = True) -> 
         subset: ask LAPACK for eigenpairs 1..2 only, as TokenCut does; False solves them all.
 
     Returns:
-        x (N,) float64, ``x^T D x = 1``.
+        ``(x (N,) float64 with x^T D x = 1, gap lambda_3 - lambda_2)``.
     """
     a = np.asarray(adjacency, dtype=np.float64)
     d = np.diag(a.sum(1))
     if subset:
-        _, vectors = scipy.linalg.eigh(d - a, d, subset_by_index=[1, 2])
-        return vectors[:, 0]
-    _, vectors = scipy.linalg.eigh(d - a, d)
-    return vectors[:, 1]
+        values, vectors = scipy.linalg.eigh(d - a, d, subset_by_index=[1, 2])
+        return vectors[:, 0], float(values[1] - values[0])
+    values, vectors = scipy.linalg.eigh(d - a, d)
+    return vectors[:, 1], float(values[2] - values[1])
+
+
+def second_eigenvector_reference(adjacency: np.ndarray, subset: bool = True) -> np.ndarray:
+    """The reference Ncut vector alone (see ``reference_spectrum``)."""
+    return reference_spectrum(adjacency, subset)[0]
 
 
 def bipartition(vector: np.ndarray) -> tuple[np.ndarray, int]:
@@ -104,11 +143,13 @@ def bipartition(vector: np.ndarray) -> tuple[np.ndarray, int]:
         vector: an Ncut vector (N,), any sign and scale.
 
     Returns:
-        ``(foreground (N,) bool, seed index)``; the seed is ``argmax |x|`` (first one on ties).
+        ``(foreground (N,) bool, seed index)``; the seed is ``argmax |x|``, the first of the
+        entries within a relative ``SEED_RTOL`` of the maximum.
     """
     vector = np.asarray(vector, dtype=np.float64)
     foreground = vector > vector.mean()
-    seed = int(np.argmax(np.abs(vector)))
+    magnitude = np.abs(vector)
+    seed = int(np.flatnonzero(magnitude >= magnitude.max() * (1 - SEED_RTOL))[0])
     if not foreground[seed]:
         foreground = ~foreground
     return foreground, seed

@@ -35,14 +35,14 @@ from tqdm import tqdm
 from eval.backbones import BackboneNotFoundError, BackboneSpec, load_spec, resolve_backbones, resolve_device
 from eval.corloc import THRESHOLD, best_iou
 from eval.images import normalized, pad_to_multiple
-from eval.ncut import Discovery, affinity, discover, second_eigenvector_reference, second_eigenvectors
+from eval.ncut import UNIQUE_GAP, Discovery, affinity, discover, lapack_spectrum, ncut_spectrum, reference_spectrum
 from eval.report import compare_dir, markdown_table, write_text
 from eval.tokencut_data import DATASETS, build_dataset
 from skipless.config import ConfigError, load_config
 from skipless.data import DatasetNotFoundError, MalformedDatasetError
 from skipless.models import BackboneLoadError, extract_features, patch_grid
 
-SOLVERS = ("torch", "scipy")
+SOLVERS = ("auto", "torch", "lapack", "scipy")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
 
@@ -97,6 +97,7 @@ class BackboneResult:
     gt_boxes: list[np.ndarray] = field(default_factory=list)
     boxes: list[np.ndarray] = field(default_factory=list)  # per image (blocks, 4)
     ious: list[np.ndarray] = field(default_factory=list)  # per image (blocks,)
+    unique: list[np.ndarray] = field(default_factory=list)  # per image (blocks,): a unique Ncut vector
     examples: list[tuple[torch.Tensor, np.ndarray, list[Discovery]]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     seconds_features: float = 0.0
@@ -105,6 +106,11 @@ class BackboneResult:
     def corloc(self) -> dict[int, float]:
         hits = np.stack(self.ious) >= THRESHOLD  # (images, blocks)
         return {b: 100.0 * float(hits[:, j].mean()) for j, b in enumerate(self.blocks)}
+
+    def ambiguous(self) -> dict[int, float]:
+        """Per block, the % of images whose graph has no unique Ncut vector (e.g. complete graphs)."""
+        unique = np.stack(self.unique)
+        return {b: 100.0 * float(1 - unique[:, j].mean()) for j, b in enumerate(self.blocks)}
 
     def best_block(self) -> int:
         scores = self.corloc()
@@ -116,17 +122,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def ncut_vectors(feats: torch.Tensor, cfg: DictConfig) -> np.ndarray:
-    """Ncut vectors (blocks, N) of the patch features (blocks, N, C) with the configured solver."""
+def ncut_vectors(feats: torch.Tensor, cfg: DictConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Ncut vectors (blocks, N) and eigengaps (blocks,) of patch features (blocks, N, C)."""
     graphs = affinity(feats.float(), cfg.tau, cfg.eps)
-    if cfg.solver == "scipy":
-        return np.stack([second_eigenvector_reference(g) for g in graphs.double().cpu().numpy()])
-    return second_eigenvectors(graphs, DTYPES[cfg.solver_dtype]).cpu().numpy()
+    solver = cfg.solver
+    if solver == "auto":
+        solver = "lapack" if graphs.device.type == "cpu" else "torch"
+    if solver in ("lapack", "scipy"):
+        solve = lapack_spectrum if solver == "lapack" else reference_spectrum
+        solved = [solve(g) for g in graphs.double().cpu().numpy()]
+        return np.stack([v for v, _ in solved]), np.array([gap for _, gap in solved])
+    vectors, gaps = ncut_spectrum(graphs, DTYPES[cfg.solver_dtype])
+    return vectors.cpu().numpy(), gaps.cpu().numpy()
 
 
 def discover_blocks(model: torch.nn.Module, x: torch.Tensor, size: tuple[int, int], blocks: list[int],
-                    cfg: DictConfig) -> tuple[list[Discovery], float, float]:
-    """TokenCut on one padded image (1, 3, H', W') for each block; also the seconds spent."""
+                    cfg: DictConfig) -> tuple[list[Discovery], np.ndarray, float, float]:
+    """TokenCut on one padded image (1, 3, H', W') for each block.
+
+    Returns:
+        The discoveries, the eigengaps, and the seconds spent on features and on the cut.
+    """
     device = x.device
     patch = model.patch_embed.patch_size[0]
     grid = patch_grid(model, *x.shape[-2:])
@@ -136,9 +152,9 @@ def discover_blocks(model: torch.nn.Module, x: torch.Tensor, size: tuple[int, in
     stacked = torch.cat([feats[(cfg.feature, b)][:, prefix:] for b in blocks])  # (blocks, N, C)
     _sync(device)
     middle = time.perf_counter()
-    vectors = ncut_vectors(stacked, cfg)
+    vectors, gaps = ncut_vectors(stacked, cfg)
     found = [discover(v, grid, patch, size) for v in vectors]
-    return found, middle - start, time.perf_counter() - middle
+    return found, gaps, middle - start, time.perf_counter() - middle
 
 
 @torch.inference_mode()
@@ -158,7 +174,10 @@ def evaluate(spec: BackboneSpec, dataset: Any, count: int, cfg: DictConfig, devi
             continue
         size = tuple(image.shape[-2:])
         x = pad_to_multiple(image, patch)[None].to(device)
-        found, t_feat, t_cut = discover_blocks(model, x, size, blocks, cfg)
+        if x.shape[-2] * x.shape[-1] < 3 * patch * patch:  # the cut needs 3 patches at least
+            result.skipped.append(image_id)
+            continue
+        found, gaps, t_feat, t_cut = discover_blocks(model, x, size, blocks, cfg)
         result.seconds_features += t_feat
         result.seconds_ncut += t_cut
         boxes = np.stack([f.box for f in found])
@@ -167,6 +186,7 @@ def evaluate(spec: BackboneSpec, dataset: Any, count: int, cfg: DictConfig, devi
         result.gt_boxes.append(gt)
         result.boxes.append(boxes)
         result.ious.append(np.array([best_iou(b, gt) for b in boxes]))
+        result.unique.append(gaps >= UNIQUE_GAP)
         if len(result.examples) < cfg.figure_images:
             result.examples.append((image, gt, found))
         if len(result.ious) % 50 == 0:
@@ -253,7 +273,11 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
         "backbone": {"name": result.spec.name, "path": str(result.spec.path) if result.spec.path else None,
                      "args": result.spec.args},
         "settings": settings_of(cfg), "device": str(device),
+        "solver_used": cfg.solver if cfg.solver != "auto" else ("lapack" if device.type == "cpu" else "torch"),
         "corloc": {str(b): v for b, v in scores.items()}, "best_block": best, "best_corloc": scores[best],
+        # % of images whose graph had no unique Ncut vector (lambda_3 - lambda_2 < UNIQUE_GAP): their
+        # boxes are arbitrary (a complete graph: every similarity above tau, e.g. collapsed tokens)
+        "ambiguous_percent": {str(b): v for b, v in result.ambiguous().items()},
         "seconds_per_image": {"total": (result.seconds_features + result.seconds_ncut) / n,
                               "features": result.seconds_features / n, "ncut": result.seconds_ncut / n},
         "boxes": f"{stem}-boxes.csv", "figure": f"{stem}.png", "date": time.strftime("%Y-%m-%d %H:%M"),

@@ -4,8 +4,8 @@ import pytest
 import scipy.linalg
 import torch
 
-from eval.ncut import (affinity, bipartition, component_box, discover, second_eigenvector_reference,
-                       second_eigenvectors, seed_component)
+from eval.ncut import (UNIQUE_GAP, affinity, bipartition, component_box, discover, lapack_spectrum, ncut_spectrum,
+                       reference_spectrum, second_eigenvector_reference, second_eigenvectors, seed_component)
 
 
 def _clustered(n: int, clusters: int, dim: int, seed: int) -> torch.Tensor:
@@ -43,6 +43,8 @@ def test_second_eigenvector_matches_the_dense_generalized_solution(n, clusters, 
         assert abs(np.sum(x * d * x) - 1) < tol  # D-normalised like scipy's
         assert abs(abs(np.sum(x * d * ref)) - 1) < tol  # the same vector up to sign
         assert np.array_equal(bipartition(x)[0], bipartition(ref)[0])  # the same partition
+    x, gap = lapack_spectrum(a.numpy())
+    assert abs(abs(np.sum(x * d * ref)) - 1) < 1e-8 and gap == pytest.approx(values[2] - values[1], rel=1e-8)
     np.testing.assert_allclose(np.abs(second_eigenvector_reference(a.numpy())), np.abs(ref), atol=1e-8)
 
 
@@ -62,6 +64,22 @@ def test_seed_rule_flips_the_partition_so_the_seed_is_foreground():
         assert np.array_equal(bipartition(other)[0], fg) and bipartition(other)[1] == 0
     fg2, seed2 = bipartition(np.array([0.1, 0.2, 4.0, -1.0]))  # seed above the mean: no flip
     assert seed2 == 2 and fg2.tolist() == [False, False, True, False]
+
+
+def test_tied_seeds_are_broken_by_position_not_by_rounding():
+    x = np.array([0.0, 0.3, 1.0 - 1e-9, -0.5, 1.0, 0.2])  # entries 2 and 4 equal up to rounding
+    assert bipartition(x)[1] == 2 and bipartition(-x)[1] == 2
+    assert bipartition(np.array([0.0, 0.9, 1.0, 0.1]))[1] == 2  # a real difference is no tie
+
+
+def test_ncut_spectrum_reports_a_complete_graph_as_ambiguous():
+    complete = torch.ones(2, 9, 9)
+    _, gap = ncut_spectrum(complete)
+    assert torch.all(gap < UNIQUE_GAP)
+    _, gap = ncut_spectrum(affinity(_object_scene())[None])
+    assert gap[0] > UNIQUE_GAP
+    _, ref_gap = reference_spectrum(affinity(_object_scene()).numpy())
+    assert ref_gap == pytest.approx(gap[0].item(), rel=1e-6)
 
 
 def test_component_is_the_seeds_not_the_largest():
@@ -96,11 +114,13 @@ def _object_scene(rows=8, cols=10, box=(2, 3, 5, 7), seed=0):
     return feats.reshape(rows * cols, 32)
 
 
-@pytest.mark.parametrize("solver", ["torch", "scipy"])
+@pytest.mark.parametrize("solver", ["torch", "lapack", "scipy"])
 def test_an_obvious_object_is_found(solver):
     feats = _object_scene()
     a = affinity(feats)
-    x = second_eigenvectors(a)[None].numpy()[0] if solver == "torch" else second_eigenvector_reference(a.numpy())
+    solve = {"torch": lambda g: second_eigenvectors(torch.from_numpy(g)).numpy(),
+             "lapack": lambda g: lapack_spectrum(g)[0], "scipy": second_eigenvector_reference}[solver]
+    x = solve(a.numpy())
     found = discover(x, (8, 10), 16, (8 * 16 - 5, 10 * 16 - 9))
     np.testing.assert_array_equal(found.box, [3 * 16, 2 * 16, 7 * 16, 5 * 16])
     assert found.component.sum() == 12 and found.foreground.sum() == 12

@@ -36,7 +36,8 @@ def test_tokencut_writes_scores_boxes_figure_events_and_table(setup, capsys):
     assert summary["images"] == 5 and summary["split"] == "val" and sorted(summary["corloc"]) == ["0", "1"]
     assert summary["best_corloc"] == max(summary["corloc"].values())
     assert summary["corloc"][str(summary["best_block"])] == summary["best_corloc"]
-    assert summary["seconds_per_image"]["total"] > 0
+    assert summary["seconds_per_image"]["total"] > 0 and summary["solver_used"] == "lapack"
+    assert set(summary["ambiguous_percent"]) == {"0", "1"}
     assert (run / "eval" / "tokencut-default.png").stat().st_size > 0
     assert list((run / "eval" / "tb").glob("events.out.tfevents.*"))
     # the CSV scores again to the same CorLoc, from its own boxes and ground truth
@@ -55,12 +56,24 @@ def test_tokencut_writes_scores_boxes_figure_events_and_table(setup, capsys):
     assert json.loads(next((root / "runs").glob("random-*/eval/tokencut-default.json")).read_text())["images"] == 5
 
 
-def test_tokencut_one_block_and_the_reference_solver(setup):
+def test_tokencut_one_block_and_every_solver_gives_the_same_boxes(setup):
     root, data, run = setup
-    tokencut.main(_argv(root, data, run, "layers=-1", "solver=scipy", "max_images=3", f"ckpt={run}"))
-    summary = json.loads((run / "eval" / "tokencut-default.json").read_text())
-    assert list(summary["corloc"]) == ["1"] and summary["images"] == 3
-    assert summary["settings"]["solver"] == "scipy"
+    boxes = {}
+    for solver in ("scipy", "torch", "lapack"):
+        tokencut.main(_argv(root, data, run, "layers=0", f"solver={solver}", "max_images=3", f"ckpt={run}"))
+        summary = json.loads((run / "eval" / "tokencut-default.json").read_text())
+        assert list(summary["corloc"]) == ["0"] and summary["images"] == 3 and summary["solver_used"] == solver
+        assert summary["ambiguous_percent"]["0"] == 0  # a unique Ncut vector on every image
+        rows = list(csv.DictReader((run / "eval" / "tokencut-default-boxes.csv").open()))
+        boxes[solver] = [[r[k] for k in ("x0", "y0", "x1", "y1")] for r in rows]
+    assert boxes["torch"] == boxes["scipy"] == boxes["lapack"]
+
+
+def test_layers_are_all_an_index_or_a_list():
+    assert tokencut.resolve_layers("all", 3) == [0, 1, 2]
+    assert tokencut.resolve_layers(-1, 12) == [11] and tokencut.resolve_layers([5, -1, 5], 12) == [5, 11]
+    with pytest.raises(ValueError, match="'all', a block index"):
+        tokencut.resolve_layers("last", 12)
 
 
 @pytest.mark.parametrize("arg, message", [
