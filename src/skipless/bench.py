@@ -7,6 +7,8 @@ Sections (each can be chosen with ``--only``):
   FLOP utilisation where the GPU's peak is known. ``peak_memory_mb`` is the CUDA peak of the step on a
   GPU; on a CPU it is the process's peak resident memory so far (rows run in order, so it only grows).
 - ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
+- ``tokencut``: TokenCut's eigensolve per image against the dense generalized float64 scipy solve,
+  and the share of identical boxes (``eval/tokencut_bench.py``).
 
 Speed is measured here and never asserted in tests (SPEC section 9).
 """
@@ -149,7 +151,7 @@ def markdown_table(rows: list[dict], keys: list[str]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("pretrain", "init")
+SECTIONS = ("pretrain", "init", "tokencut")
 
 
 def main() -> None:
@@ -171,6 +173,10 @@ def main() -> None:
         print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
                                     "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
                                     "peak_memory_mb"]))
+    if "tokencut" in args.only:
+        from eval.tokencut_bench import bench_section  # eval/ sits at the repository root, beside src/
+        results["tokencut"], text = bench_section(args.quick)
+        print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
