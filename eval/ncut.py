@@ -11,9 +11,12 @@ Transformer and Normalized Cut", TPAMI 2023; reference code YangtaoWANG95/TokenC
    ``(D - A) x = lambda D x``, ``D = diag(A 1)`` (``second_eigenvectors``);
 3. foreground = entries above the mean of ``x``; the seed is ``argmax |x|``; if the seed falls
    outside, the partition is flipped, so the seed is always foreground (``bipartition``). Exact
-   ties are common in a binary graph (patches with the same neighbours get equal entries) and may
-   sit in different components; the reference breaks them by rounding noise, here by position:
-   the first entry within a relative ``SEED_RTOL`` of the maximum, so every solver agrees;
+   ties are common in a binary graph (patches with the same neighbours get equal entries), and
+   the reference settles them by rounding noise or by the arbitrary sign of the eigenvector. Here
+   they are settled by rule, so every solver and either sign give the same box: entries within
+   ``TIE_RTOL * max |x|`` of each other are equal; the seed is the first of the tied maxima, and
+   the foreground is the entries strictly on the seed's side of the mean (entries at the mean are
+   background);
 4. the 4-connected component of the foreground patch mask that holds the seed (the rule of
    ``scipy.ndimage.label``'s default structure, as in the reference), its extent in patches, times
    the patch size, clipped to the image: the box (``seed_component``, ``component_box``).
@@ -45,7 +48,7 @@ from scipy import ndimage
 
 TAU = 0.2
 EPS = 1e-5
-SEED_RTOL = 1e-5  # |x| entries this close to the maximum count as tied (float32 eigenvectors included)
+TIE_RTOL = 1e-5  # entries of x closer than this times max |x| count as equal (float32 solves included)
 UNIQUE_GAP = 1e-6  # lambda_3 - lambda_2 below this: no unique Ncut vector, the box is arbitrary
 
 
@@ -143,15 +146,19 @@ def bipartition(vector: np.ndarray) -> tuple[np.ndarray, int]:
         vector: an Ncut vector (N,), any sign and scale.
 
     Returns:
-        ``(foreground (N,) bool, seed index)``; the seed is ``argmax |x|``, the first of the
-        entries within a relative ``SEED_RTOL`` of the maximum.
+        ``(foreground (N,) bool, seed index)``. The seed is ``argmax |x|``, the first of the
+        entries within ``TIE_RTOL * max |x|`` of the maximum; the foreground is the entries beyond
+        the mean by more than that, on the seed's side (the same for ``x`` and ``-x``).
     """
     vector = np.asarray(vector, dtype=np.float64)
-    foreground = vector > vector.mean()
     magnitude = np.abs(vector)
-    seed = int(np.flatnonzero(magnitude >= magnitude.max() * (1 - SEED_RTOL))[0])
-    if not foreground[seed]:
-        foreground = ~foreground
+    tol = TIE_RTOL * magnitude.max()
+    seed = int(np.flatnonzero(magnitude >= magnitude.max() - tol)[0])
+    centred = vector - vector.mean()
+    if centred[seed] < 0:
+        centred = -centred
+    foreground = centred > tol
+    foreground[seed] = True  # only matters for a constant vector, which no Ncut vector is
     return foreground, seed
 
 
@@ -206,7 +213,7 @@ def discover(vector: np.ndarray, grid: tuple[int, int], patch: int, image_size: 
     """Steps 3-4 of TokenCut on one Ncut vector (N = rows * cols, row-major)."""
     vector = np.asarray(vector, dtype=np.float64)
     foreground, seed = bipartition(vector)
-    signed = vector if vector[seed] > vector.mean() else -vector
+    signed = vector if vector[seed] >= vector.mean() else -vector
     seed_rc = (seed // grid[1], seed % grid[1])
     fg = foreground.reshape(grid)
     component = seed_component(fg, seed_rc)

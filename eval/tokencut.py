@@ -347,6 +347,9 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         result = evaluate(spec, dataset, count, cfg, device)
         summary = write_outputs(result, cfg, split, device)
         summaries.append(summary)
+        if result.skipped:
+            print(f"warning: {len(result.skipped)} unreadable or too small images were skipped and are not "
+                  f"counted (listed under 'skipped' in the JSON), e.g. {result.skipped[0]}", flush=True)
         print(f"{spec.name}: best CorLoc {summary['best_corloc']:.1f} at block {summary['best_block']} "
               f"over {summary['images']} images, {summary['seconds_per_image']['total']:.3f} s/image -> "
               f"{spec.out_dir}/tokencut-{cfg.dataset}.json", flush=True)

@@ -80,7 +80,7 @@ def bench_tokencut(ckpt: str | None = None, root: str = "data/default", split: s
     }
     seconds = {k: [] for k in solvers}
     same = {k: [] for k in solvers if k != "scipy_dense"}
-    unique, tokens = [], []
+    unique, tokens, gaps, where = [], [], [], []
     count = min(n_images, len(data))
     for i in range(-1, count):  # image 0 is solved twice: once to warm up, untimed
         image, _ = data[max(i, 0)]
@@ -105,9 +105,15 @@ def bench_tokencut(ckpt: str | None = None, root: str = "data/default", split: s
             d = np.diag(g.sum(1))
             values = scipy.linalg.eigh(d - g, d, eigvals_only=True, subset_by_index=[1, 2])
             unique.append(values[1] - values[0] >= UNIQUE_GAP)
+            gaps.append(float(values[1] - values[0]))
+        where += [(str(data.ids[i]), b) for b in blocks]
         for key in same:
             same[key] += [bool(np.array_equal(p, q)) for p, q in zip(boxes[key], boxes["scipy_dense"])]
     unique_mask = np.array(unique)
+    # graphs with a unique Ncut vector where a solver's box still differs from scipy_dense's
+    differences = [{"image": where[j][0], "block": where[j][1], "gap": gaps[j],
+                    "solvers": [k for k, v in same.items() if not v[j]]}
+                   for j in range(len(unique)) if unique[j] and not all(v[j] for v in same.values())]
     per_image = {k: float(np.median(v)) for k, v in seconds.items()}
     return {
         "backbone": name, "device": str(dev), "images": count, "blocks": len(blocks), "graphs": len(unique),
@@ -118,6 +124,7 @@ def bench_tokencut(ckpt: str | None = None, root: str = "data/default", split: s
         "identical_boxes": {k: float(np.mean(v)) for k, v in same.items()},
         "identical_boxes_where_unique": {k: float(np.mean(np.array(v)[unique_mask])) if unique_mask.any() else None
                                          for k, v in same.items()},
+        "differences_where_unique": differences,
     }
 
 
@@ -136,7 +143,7 @@ def bench_section(quick: bool = False) -> tuple[list[dict[str, Any]], str]:
     text = (f"\nTokenCut eigensolve per image, all {rows[0]['blocks']} blocks of {rows[0]['backbone']} on "
             f"{rows[0]['device']}: median seconds (s_), speed-up over scipy_dense (x_), share of boxes equal to "
             "scipy_dense's over all graphs (lapack) and over the graphs with a unique Ncut vector:\n"
-            + markdown_table(flat, list(flat[0]), digits=3))
+            + markdown_table(list(flat[0]), [list(r.values()) for r in flat], digits=3))
     return rows, text
 
 
