@@ -1,14 +1,13 @@
 """COCO20k: the 19,817 COCO train2014 images on which object discovery is scored (TokenCut's CorLoc).
 
-The list ``coco_20k_filenames.txt`` comes from LOST (Simeoni et al., BMVC 2021; repository
-valeoai/LOST, ``datasets/``) and is shipped again by TokenCut (YangtaoWANG95/TokenCut,
-``datasets/``); each line is ``train2014/COCO_train2014_<12 digits>.jpg``. Boxes come from COCO's
+The list ``coco_20k_filenames.txt`` comes from LOST (Simeoni et al., BMVC 2021; valeoai/LOST) and
+is shipped by TokenCut (YangtaoWANG95/TokenCut, ``datasets/``); each line is ``train2014/COCO_train2014_<12 digits>.jpg``. Boxes come from COCO's
 ``instances_train2014.json`` as the reference code reads them (TokenCut ``datasets.py``,
 ``extract_gt_COCO``): crowd annotations dropped, ``[x, y, w, h]`` turned into
 ``[x, y, x + w, y + h]`` and rounded to integers (Python's ``round``). ``root`` holds:
 
     <root>/images/train2014/COCO_train2014_<12 digits>.jpg
-    <root>/annotations/instances_train2014.json     (or LOST's instances_train2014_sel20k.json)
+    <root>/annotations/instances_train2014.json     (or LOST's filtered instances_train2014_sel20k.json)
     <root>/coco_20k_filenames.txt
 """
 from __future__ import annotations
@@ -25,7 +24,9 @@ from .voc import load_rgb
 
 NAME = "COCO20k"
 LIST = "coco_20k_filenames.txt"
-ANNOTATIONS = ("annotations/instances_train2014_sel20k.json", "annotations/instances_train2014.json")
+# LOST / TokenCut's filtered file (written beside the list by their code) first, then COCO's own.
+ANNOTATIONS = ("instances_train2014_sel20k.json", "annotations/instances_train2014_sel20k.json",
+               "annotations/instances_train2014.json")
 LAYOUT = ("<root>/{images/train2014/COCO_train2014_<id>.jpg, annotations/instances_train2014.json, "
           "coco_20k_filenames.txt}")
 
@@ -78,7 +79,7 @@ class COCO20kDetection:
                                   missing[0].parent, LAYOUT)
         annotation_file = next((self.root / a for a in ANNOTATIONS if (self.root / a).is_file()), None)
         if annotation_file is None:
-            raise missing_dataset(f"{NAME} annotations", self.root / ANNOTATIONS[1], LAYOUT)
+            raise missing_dataset(f"{NAME} annotations", self.root / ANNOTATIONS[-1], LAYOUT)
         try:
             coco = json.loads(annotation_file.read_text())
             annotations = coco["annotations"]
