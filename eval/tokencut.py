@@ -10,7 +10,7 @@ the chosen features of every block; the cut itself (``eval.ncut``) runs for all 
 batched eigensolve; CorLoc (``eval.corloc``) counts every image.
 
 Writes, for each backbone, into its ``<run>/eval/``:
-    tokencut-<dataset>.json         CorLoc per block, best block, settings, seconds per image
+    tokencut-<dataset>.json         CorLoc per block, best block, ambiguous graphs, settings, seconds per image
     tokencut-<dataset>-boxes.csv    one row per image and block: predicted and true boxes, IoU
     tokencut-<dataset>.png          images with true (green) and found (red) boxes, Ncut vector, object
     tb/                             TensorBoard: CorLoc per block (step = block), the figure
