@@ -9,6 +9,8 @@ Sections (each can be chosen with ``--only``):
 - ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
 - ``probe``: a linear-probe lr sweep with cached features vs running the backbone every step, on
   the embedded default (``eval/probe_bench.py``; needs a run under ``runs/``, the repo root as cwd).
+- ``tokencut``: TokenCut's eigensolve per image against the dense generalized float64 scipy solve,
+  and the share of identical boxes (``eval/tokencut_bench.py``).
 
 Speed is measured here and never asserted in tests (SPEC section 9).
 """
@@ -151,7 +153,7 @@ def markdown_table(rows: list[dict], keys: list[str]) -> str:
     return "\n".join(lines)
 
 
-SECTIONS = ("pretrain", "init", "probe")
+SECTIONS = ("pretrain", "init", "probe", "tokencut")
 
 
 def main() -> None:
@@ -180,6 +182,10 @@ def main() -> None:
               f"{r['backbone']}): cached {r['cached']['total_s']:.1f} s (mIoU {r['cached']['best_miou']:.1f} at lr "
               f"{r['cached']['best_lr']:g}); backbone every step {r['naive']['sweep_total_s_extrapolated']:.1f} s "
               f"(one lr measured x {len(r['lrs'])}; mIoU {r['naive']['miou']:.1f}): {r['speedup']:.1f}x")
+    if "tokencut" in args.only:
+        from eval.tokencut_bench import bench_section  # eval/ sits at the repository root, beside src/
+        results["tokencut"], text = bench_section(args.quick)
+        print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

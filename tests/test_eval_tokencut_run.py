@@ -1,0 +1,108 @@
+"""End to end on the CPU: `python -m eval.tokencut` and `python -m eval.pca` on a tiny generated set."""
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from eval import pca, tokencut
+from eval.corloc import best_iou
+from skipless.data.synthetic import generate
+from skipless.models import create_vit, save_backbone
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    data = generate(root / "data", n_train=2, n_val=5, seed=3, workers=1)
+    torch.manual_seed(0)
+    run = root / "runs" / "tiny"
+    save_backbone(run / "backbone.pt", create_vit("vit_tiny", residual="skipless", depth=2, img_size=64))
+    return root, data, run
+
+
+def _argv(root, data, run, *extra):
+    return ["dataset=default", f"roots.default={data}", f"ckpt={run} random", f"runs_root={root / 'runs'}",
+            "num_workers=0", "figure_images=2", "device=cpu", *extra]
+
+
+def test_tokencut_writes_scores_boxes_figure_events_and_table(setup, capsys):
+    root, data, run = setup
+    tokencut.main(_argv(root, data, run))
+    out = capsys.readouterr().out
+    summary = json.loads((run / "eval" / "tokencut-default.json").read_text())
+    assert summary["images"] == 5 and summary["split"] == "val" and sorted(summary["corloc"]) == ["0", "1"]
+    assert summary["best_corloc"] == max(summary["corloc"].values())
+    assert summary["corloc"][str(summary["best_block"])] == summary["best_corloc"]
+    assert summary["seconds_per_image"]["total"] > 0 and summary["solver_used"] == "lapack"
+    assert set(summary["ambiguous_percent"]) == {"0", "1"}
+    assert (run / "eval" / "tokencut-default.png").stat().st_size > 0
+    assert list((run / "eval" / "tb").glob("events.out.tfevents.*"))
+    # the CSV scores again to the same CorLoc, from its own boxes and ground truth
+    rows = list(csv.DictReader((run / "eval" / "tokencut-default-boxes.csv").open()))
+    assert len(rows) == 5 * 2
+    for block in ("0", "1"):
+        hits = []
+        for r in (r for r in rows if r["block"] == block):
+            gt = np.array([[float(v) for v in b.split()] for b in r["gt_boxes"].split(";") if b]).reshape(-1, 4)
+            box = np.array([float(r[k]) for k in ("x0", "y0", "x1", "y1")])
+            assert 0 <= box[0] < box[2] <= int(r["width"]) and 0 <= box[1] < box[3] <= int(r["height"])
+            hits.append(best_iou(box, gt) >= 0.5)
+        assert 100 * np.mean(hits) == pytest.approx(summary["corloc"][block])
+    table = (root / "runs" / "compare" / "tokencut-default.md").read_text()
+    assert "| CorLoc | tiny | random |" in table and "| block 1 |" in table and table.split("\n", 2)[2] in out
+    assert json.loads(next((root / "runs").glob("random-*/eval/tokencut-default.json")).read_text())["images"] == 5
+
+
+def test_tokencut_one_block_and_every_solver_gives_the_same_boxes(setup):
+    root, data, run = setup
+    boxes = {}
+    for solver in ("scipy", "torch", "lapack"):
+        tokencut.main(_argv(root, data, run, "layers=0", f"solver={solver}", "max_images=3", f"ckpt={run}"))
+        summary = json.loads((run / "eval" / "tokencut-default.json").read_text())
+        assert list(summary["corloc"]) == ["0"] and summary["images"] == 3 and summary["solver_used"] == solver
+        assert summary["ambiguous_percent"]["0"] == 0  # a unique Ncut vector on every image
+        rows = list(csv.DictReader((run / "eval" / "tokencut-default-boxes.csv").open()))
+        boxes[solver] = [[r[k] for k in ("x0", "y0", "x1", "y1")] for r in rows]
+    assert boxes["torch"] == boxes["scipy"] == boxes["lapack"]
+
+
+def test_layers_are_all_an_index_or_a_list():
+    assert tokencut.resolve_layers("all", 3) == [0, 1, 2]
+    assert tokencut.resolve_layers(-1, 12) == [11] and tokencut.resolve_layers([5, -1, 5], 12) == [5, 11]
+    with pytest.raises(ValueError, match="'all', a block index"):
+        tokencut.resolve_layers("last", 12)
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("dataset=voc2007", "unknown TokenCut dataset"),
+    ("layers=5", "block 5 does not exist"),
+    ("solver=magma", "unknown solver"),
+    ("roots.default=/nowhere", "make data"),
+    ("dataset_name=x", "unknown config key"),
+])
+def test_tokencut_bad_input_is_one_sentence(setup, arg, message):
+    root, data, run = setup
+    with pytest.raises(SystemExit) as err:
+        tokencut.main(_argv(root, data, run, arg))
+    assert str(err.value).startswith("error: ") and message in str(err.value)
+
+
+def test_pca_writes_block_and_checkpoint_grids(setup):
+    root, data, run = setup
+    folder = root / "photos"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (40, 50, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    argv = [f"ckpt={run} random", f"runs_root={root / 'runs'}", "device=cpu", "image_size=32", "num_images=2"]
+    written = pca.run(pca.load_config("pca", argv + [f"images={folder}"]))
+    assert written["blocks"]["tiny"] == run / "eval" / "pca-blocks.png" and written["blocks"]["tiny"].is_file()
+    assert written["checkpoints"].name == "pca-checkpoints-block1.png" and written["checkpoints"].is_file()
+    assert list((run / "eval" / "tb").glob("events.out.tfevents.*"))
+    written = pca.run(pca.load_config("pca", argv + [f"default_root={data}", "feature=k", "foreground_threshold=0.5",
+                                                     f"ckpt={run}"]))
+    assert written["blocks"]["tiny"].name == "pca-k-masked-blocks.png" and written["checkpoints"] is None
+    with pytest.raises(SystemExit, match="error: .*multiple of the patch"):
+        pca.main(argv + ["image_size=30"])
