@@ -105,4 +105,4 @@ def test_pca_writes_block_and_checkpoint_grids(setup):
                                                      f"ckpt={run}"]))
     assert written["blocks"]["tiny"].name == "pca-k-masked-blocks.png" and written["checkpoints"] is None
     with pytest.raises(SystemExit, match="error: .*multiple of the patch"):
-        pca.main(argv + ["image_size=30"])
+        pca.main(argv + [f"images={folder}", "image_size=30"])

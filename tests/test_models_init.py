@@ -87,3 +87,51 @@ def test_proposition_1_cutskip_attention_is_near_identity_and_well_conditioned()
     assert cut["mean_diagonal"] > 20 / 197  # far above the uniform weight 1/n
     assert plain["mean_diagonal"] < 2 / 197
     assert cut["median_condition"] * 100 < plain["median_condition"]
+
+
+def test_gelu_mean_closed_form_matches_monte_carlo():
+    from skipless.models.init import gelu_mean
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(2_000_000, generator=gen, dtype=torch.float64)
+    for sigma in (0.5, 1.0, 2.0):
+        mc = torch.nn.functional.gelu(sigma * z).mean()
+        assert abs(float(gelu_mean(torch.tensor(sigma, dtype=torch.float64))) - float(mc)) < 2e-3
+
+
+def test_centered_mlp_has_zero_mean_output_on_normalised_tokens():
+    torch.manual_seed(0)
+    plain = create_vit("vit_tiny", residual="skipless", init="cutskip", depth=1, img_size=32)
+    torch.manual_seed(0)
+    centred = create_vit("vit_tiny", residual="skipless", init="cutskip", depth=1, img_size=32,
+                         init_args={"center_mlp": True})
+    x = torch.nn.functional.layer_norm(torch.randn(20000, 192), (192,))
+    with torch.no_grad():
+        mean_plain = plain.blocks[0].mlp(x).mean(0)
+        mean_centred = centred.blocks[0].mlp(x).mean(0)
+    # same weights, only fc2's bias differs; the shared output vector is removed
+    assert torch.equal(plain.blocks[0].mlp.fc2.weight, centred.blocks[0].mlp.fc2.weight)
+    assert mean_plain.norm() > 1.0
+    assert mean_centred.norm() < 0.05 * mean_plain.norm()
+
+
+def _last_block_patch_cosine(model, x):
+    with torch.no_grad():
+        out = extract_features(model, x, layers=(-1,), kinds=("out",))[("out", len(model.blocks) - 1)][:, 1:]
+    t = torch.nn.functional.normalize(out, dim=-1)
+    sim = t @ t.transpose(1, 2)
+    n = sim.shape[-1]
+    return float((sim.sum((1, 2)) - n).mean() / (n * (n - 1)))
+
+
+def test_centered_mlp_prevents_token_collapse_of_a_deep_skipless_vit_at_init():
+    """Without the correction every token of a 12-block skipless ViT points the same way after the
+    last block, even for noise images; with it they stay as spread as they came in."""
+    x = torch.randn(4, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    cos = {}
+    for center in (False, True):
+        torch.manual_seed(0)
+        model = create_vit("vit_tiny", residual="skipless", init="cutskip", img_size=64,
+                           init_args={"center_mlp": center}).eval()
+        cos[center] = _last_block_patch_cosine(model, x)
+    assert cos[False] > 0.9
+    assert abs(cos[True]) < 0.1

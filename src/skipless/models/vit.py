@@ -59,7 +59,8 @@ def create_vit(
         residual: ``skip`` | ``skipless`` | ``decayed`` | ``attn-skip`` | ``mlp-skip`` (see ``block.py``).
         init: ``timm`` (truncated normal) | ``cutskip`` (the paper's Section 5, after timm's init).
         attention: ``softmax``.
-        init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` (defaults 1.8, 1.0, 3.0: DINO ViT-S).
+        init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` (defaults 1.8, 1.0, 3.0: DINO ViT-S) and
+            ``center_mlp`` (default False; see ``init.center_mlp_``).
         alpha_min: for ``decayed``: the last shortcut coefficient (Zhang et al. use 0.6).
         overrides: timm ``VisionTransformer`` arguments, e.g. ``patch_size``, ``img_size``,
             ``drop_path_rate``, ``num_classes``, ``depth``.
@@ -73,10 +74,10 @@ def create_vit(
     _check_choice("residual mode", residual, RESIDUAL_MODES)
     _check_choice("init", init, INITS)
     _check_choice("attention", attention, ATTENTIONS)
-    init_args = {"alpha": 1.8, "beta": 1.0, "c": 3.0, **(init_args or {})}
-    unknown = set(init_args) - {"alpha", "beta", "c"}
+    init_args = {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False, **(init_args or {})}
+    unknown = set(init_args) - {"alpha", "beta", "c", "center_mlp"}
     if unknown:
-        raise ValueError(f"unknown init_args {sorted(unknown)}; expected alpha, beta, c")
+        raise ValueError(f"unknown init_args {sorted(unknown)}; expected alpha, beta, c, center_mlp")
 
     kwargs: dict[str, Any] = dict(
         img_size=224, patch_size=16, num_classes=0, dynamic_img_size=True, **ARCHS[arch]
