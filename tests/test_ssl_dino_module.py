@@ -144,3 +144,21 @@ def test_peak_lr_follows_the_global_batch():
     for world in (1, 2, 16):
         module._trainer = SimpleNamespace(world_size=world)
         assert math.isclose(module.base_lr(), cfg.optim.lr * 2.0 * 4 * world / 256)
+
+
+def test_model_keys_reach_the_backbone_and_its_saved_arguments():
+    """model.global_pool and model.init_args.center_mlp are config keys that change the backbone."""
+    import torch
+    from skipless.config import load_config
+
+    cfg = load_config("pretrain", ["model=skipless", "model.arch=vit_tiny", "model.depth=2",
+                                   "model.global_pool=avg", "model.init_args.center_mlp=true"])
+    model = backbone_factory(cfg, 0.0).eval()
+    assert model.skipless_args["global_pool"] == "avg"
+    assert model.skipless_args["init_args"]["center_mlp"] is True
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        tokens = model.forward_features(x)
+        pooled = model.fc_norm(tokens[:, model.num_prefix_tokens:].mean(1))  # timm: LayerNorm after the mean
+        assert torch.allclose(model(x), pooled, atol=1e-5)
+        assert model.blocks[0].mlp.fc2.bias.abs().sum() > 0  # the centring bias is set

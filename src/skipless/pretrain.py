@@ -38,7 +38,7 @@ def backbone_factory(cfg: DictConfig, drop_path_rate: float):
     extra = {} if m.depth is None else {"depth": int(m.depth)}
     return create_vit(m.arch, residual=m.residual, init=m.init, attention=m.attention,
                       init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
-                      drop_path_rate=drop_path_rate, **extra)
+                      drop_path_rate=drop_path_rate, global_pool=m.global_pool, **extra)
 
 
 def _precision(cfg: DictConfig) -> str:
