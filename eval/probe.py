@@ -22,6 +22,7 @@ With several backbones the mIoUs are printed as one markdown table, also written
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -186,6 +187,8 @@ def probe_backbone(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds: A
         for c in caches:
             if cfg.cache == "disk" and not cfg.keep_cache and not c.reused:
                 c.delete()
+        with contextlib.suppress(OSError):  # the cache folder itself, once nothing is kept in it
+            (Path(spec.out_dir) / "cache").rmdir()
     total = time.perf_counter() - t_start
     for g, result in results.items():
         result["timings"]["total_s"] = total
