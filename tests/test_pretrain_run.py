@@ -121,6 +121,10 @@ def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert "data/README.md" in capsys.readouterr().err
     assert main([f"run.root={tmp_path}", "run.resume=true"]) == 1
     assert "no checkpoint to resume" in capsys.readouterr().err
+    assert main([f"run.root={tmp_path}", f"data.root={tmp_path / 'absent'}", "model.global_pool=max3"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown global_pool 'max3'; expected one of: token, avg" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "absent").exists()  # the model is checked before any data is generated
 
 
 def test_keep_checkpoints_writes_one_file_per_epoch_beside_last(tmp_path, data_root):

@@ -95,12 +95,15 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
         raise FileNotFoundError(f"RESUME=1 but there is no checkpoint to resume at {last}; "
                                 "start the run without RESUME or name the run with run.name=")
     pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
+    try:  # first, so that an impossible model key fails before any data is generated
+        module = DINO(cfg, partial(backbone_factory, cfg))
+    except ValueError as err:  # create_vit names the key's valid values
+        raise ConfigError(f"cannot build the model of this config: {err}") from err
     dataset = pretrain_dataset(cfg)
     loader = pretrain_loader(cfg, dataset)
     trainer = build_trainer(cfg, run_dir, extra_callbacks)
     if trainer.is_global_zero:
         save_config(cfg, run_dir)
-    module = DINO(cfg, partial(backbone_factory, cfg))
     trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if cfg.run.resume else None)
     return trainer, module
 

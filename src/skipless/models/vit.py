@@ -28,6 +28,9 @@ def _check_choice(kind: str, value: str, choices) -> None:
         raise ValueError(f"unknown {kind} {value!r}; expected one of: {', '.join(choices)}")
 
 
+GLOBAL_POOLS = ("token", "avg")  # the feature model(x) returns: the CLS output, or the mean patch token
+
+
 class SkiplessViT(VisionTransformer):
     """A timm ``VisionTransformer`` that remembers the ``create_vit`` arguments that built it.
 
@@ -83,6 +86,7 @@ def create_vit(
         img_size=224, patch_size=16, num_classes=0, dynamic_img_size=True, **ARCHS[arch]
     )
     kwargs.update(overrides)
+    _check_choice("global_pool", kwargs.get("global_pool", "token"), GLOBAL_POOLS)
     depth = kwargs["depth"]
     gains = decayed_gains(depth, alpha_min)
     # timm passes a per-block drop-path rate; our block forces it to 0 where there is no shortcut.
