@@ -117,12 +117,21 @@ def cocostuff_lut() -> np.ndarray:
     return lut
 
 
-def _read_index_png(path: Path) -> np.ndarray:
-    """A single-channel label PNG (palette or grey) as uint8; an RGB label map is refused."""
-    return load_mask(path)
+class _LabelledImages:
+    """What the readers of files share: ``ids`` and ``class_names`` give the length and class count."""
+
+    ids: list[str]
+    class_names: tuple[str, ...]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
-class VOCSegDataset:
+class VOCSegDataset(_LabelledImages):
     """VOC 2012 (or the embedded default, which is written in VOC's layout) for the probe.
 
     Values at or above ``num_classes`` other than 255 (none in real VOC) are ignored, never
@@ -137,21 +146,14 @@ class VOCSegDataset:
         self._lut = np.full(256, IGNORE_INDEX, dtype=np.uint8)
         self._lut[:self.num_classes] = np.arange(self.num_classes, dtype=np.uint8)
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
     def image(self, index: int) -> Image.Image:
         return load_rgb(self._voc.image_dir / f"{self.ids[index]}.jpg")
 
     def mask(self, index: int) -> np.ndarray:
-        return self._lut[_read_index_png(self._voc.mask_dir / f"{self.ids[index]}.png")]
+        return self._lut[load_mask(self._voc.mask_dir / f"{self.ids[index]}.png")]
 
 
-class _PairedFolders:
+class _PairedFolders(_LabelledImages):
     """Images ``<image_dir>/<id>.jpg`` paired with label PNGs found by ``label_path(id)``."""
 
     name: str
@@ -177,13 +179,6 @@ class _PairedFolders:
         if missing:
             raise missing_dataset(f"{title} (no label PNG for {len(missing)} of {len(self.ids)} images, "
                                   f"e.g. {missing[0]})", image_dir.parent.parent / "annotations", layout)
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
     def image(self, index: int) -> Image.Image:
         image_id = self.ids[index]
@@ -216,7 +211,7 @@ class ADE20K(_PairedFolders):
         self._lut = ade20k_lut()
 
     def mask(self, index: int) -> np.ndarray:
-        return self._lut[_read_index_png(self.label_file(index))]
+        return self._lut[load_mask(self.label_file(index))]
 
 
 class COCOStuff(_PairedFolders):
@@ -252,7 +247,7 @@ class COCOStuff(_PairedFolders):
     def mask(self, index: int) -> np.ndarray:
         path = self.label_file(index)
         lut = self._train_lut if path.stem.endswith("_labelTrainIds") else self._raw_lut
-        return lut[_read_index_png(path)]
+        return lut[load_mask(path)]
 
 
 class Subset:
