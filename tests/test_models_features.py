@@ -55,3 +55,19 @@ def test_patch_grid_rejects_sizes_off_the_patch_grid(model):
     assert patch_grid(model, 48, 64) == (3, 4)
     with pytest.raises(ValueError, match="multiple of the patch size"):
         patch_grid(model, 50, 64)
+
+
+@pytest.mark.parametrize("pool", ["token", "avg"])
+def test_norm_applies_the_backbones_final_layer_norm_for_either_pool(pool):
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", residual="skip", depth=2, global_pool=pool).eval()
+    final = model.norm if pool == "token" else model.fc_norm
+    assert isinstance(final, torch.nn.LayerNorm)  # timm moves the LayerNorm after pooling for avg
+    with torch.no_grad():
+        final.weight.uniform_(0.5, 2.0)  # not the identity at init, so a skipped norm shows
+        final.bias.normal_()
+    x = torch.randn(2, 3, 32, 32)
+    raw = extract_features(model, x, [1])[("out", 1)]
+    normed = extract_features(model, x, [1], norm=True)[("out", 1)]
+    torch.testing.assert_close(normed, torch.nn.functional.layer_norm(raw, (raw.shape[-1],), final.weight,
+                                                                      final.bias, final.eps))

@@ -38,6 +38,15 @@ def embed_tokens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return model.norm_pre(x)
 
 
+def final_layer_norm(model: nn.Module) -> nn.Module:
+    """The backbone's last LayerNorm. timm builds ``norm`` for token pooling but, with
+    ``global_pool="avg"``, leaves ``norm`` an Identity and puts the LayerNorm after pooling
+    (``fc_norm``); applied per token it plays the same role for dense features."""
+    if isinstance(model.norm, nn.Identity) and not isinstance(getattr(model, "fc_norm", nn.Identity()), nn.Identity):
+        return model.fc_norm
+    return model.norm
+
+
 def extract_features(
     model: nn.Module,
     x: torch.Tensor,
@@ -54,7 +63,8 @@ def extract_features(
         kinds: any of ``out`` (block output tokens, (B, 1+N, D), CLS first), ``q``/``k``/``v``
             (attention inputs of that block, heads concatenated, (B, 1+N, D)) and ``attn``
             (attention probabilities, (B, heads, 1+N, 1+N)).
-        norm: apply the backbone's final LayerNorm to ``out`` features.
+        norm: apply the backbone's final LayerNorm to ``out`` features: ``model.norm``, or
+            ``model.fc_norm`` for a ``global_pool="avg"`` model, where timm moves it after pooling.
 
     Returns:
         ``{(kind, block_index): tensor}`` with non-negative block indices. Patch tokens follow
@@ -68,6 +78,7 @@ def extract_features(
     attn_kinds = set(kinds) - {"out"}
     result: dict[tuple[str, int], torch.Tensor] = {}
     attn_modules = [blk.attn for blk in model.blocks]
+    final_norm = final_layer_norm(model)
     if attn_kinds and not all(isinstance(m, SoftmaxAttention) for m in attn_modules):
         raise TypeError("q/k/v/attn features need a backbone built by skipless.models.create_vit")
     try:
@@ -81,7 +92,7 @@ def extract_features(
             if i not in wanted:
                 continue
             if "out" in kinds:
-                result[("out", i)] = model.norm(h) if norm else h
+                result[("out", i)] = final_norm(h) if norm else h
             captured = attn_modules[i].captured
             for kind in attn_kinds:
                 t = captured[kind]
