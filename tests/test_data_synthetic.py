@@ -217,3 +217,21 @@ def test_only_bundled_skimage_images_are_used():
     folder = synthetic.skimage_data_dir()
     for name in set(synthetic.BACKGROUNDS) | set(synthetic.TEXTURES):
         assert (folder / name).is_file(), name
+
+
+def test_class_cue_first_object_dominates_and_wears_its_class_hue():
+    """The k-NN label (dominant class) is usually the first, larger object, and most objects carry
+    their class's hue band, (k - 1) / 10 of the colour circle (generator v6)."""
+    first_dominant, hue_hits, n = 0, 0, 40
+    for index in range(n):
+        image, instance, objects = synthetic.render(index, seed=3)
+        counts = np.bincount(instance[instance != 255].ravel(), minlength=len(objects) + 1)[1:]
+        first_dominant += int(counts.argmax() == 0)
+        pixels = image[instance == 1].astype(np.float64) / 255.0
+        # hue of the object's mean colour (hexcone formula), compared on the circle
+        r, g, b = pixels.mean(0)
+        hue = np.arctan2(np.sqrt(3) * (g - b), 2 * r - g - b) / (2 * np.pi) % 1.0
+        target = (CLASSES.index(objects[0]["name"]) - 1) / (len(CLASSES) - 1)
+        hue_hits += int(min(abs(hue - target), 1 - abs(hue - target)) < 0.08)
+    assert first_dominant >= 0.8 * n
+    assert hue_hits >= 0.6 * n  # 85% typical, less the flat-colour or shaded ones near a band edge
