@@ -7,7 +7,7 @@ scikit-image wheel (read from its ``data/`` folder by path, so nothing is ever d
 backgrounds and the object surfaces; the objects are ten shape classes, each a distinct silhouette
 made of a class-typical material (a hue band, a texture; 15% of objects take any hue and another
 texture or a flat colour, as real classes have typical but not fixed looks), with random
-saturation, brightness, scale, rotation, aspect, shading and a drop shadow, in front of a hazy,
+saturation and brightness (0.5-1), scale, rotation, aspect, shading and a drop shadow, in front of a hazy,
 paler background; one to three objects per image, the first one larger (it is usually the image's
 dominant class, the label of the k-NN monitor), later ones occluding earlier ones.
 
@@ -220,8 +220,8 @@ def _background(rng: np.random.Generator, size: tuple[int, int]) -> np.ndarray:
 
 def _surface(rng: np.random.Generator, size: tuple[int, int], class_index: int) -> np.ndarray:
     """What an object is made of, float32 (H, W, 3): usually (85%) its class's material, a hue near
-    ``(k - 1) / 10`` of the colour circle (s.d. 0.03, DINO's hue jitter reaches +-0.1) with any
-    saturation and brightness and the class's texture; else any hue, and any texture or a flat colour."""
+    ``(k - 1) / 10`` of the colour circle (s.d. 0.03, DINO's hue jitter reaches +-0.1) with
+    saturation and brightness from 0.5 to 1 and the class's texture; else any hue, and any texture or a flat colour."""
     width, height = size
     typical = rng.random() < 0.85
     hue = ((class_index - 1) / (len(CLASSES) - 1) + rng.normal(0, 0.03)) % 1.0 if typical else rng.random()
