@@ -250,17 +250,24 @@ class COCOStuff(_PairedFolders):
         return lut[load_mask(path)]
 
 
-class Subset:
-    """The images ``indices`` of a dataset, with the same interface."""
+class _View:
+    """A dataset seen through a change of its images (a subset, a flip): same names and classes."""
 
-    def __init__(self, base: Any, indices: Sequence[int]) -> None:
-        self.base, self.indices = base, [int(i) for i in indices]
-        self.name, self.class_names, self.split = base.name, base.class_names, getattr(base, "split", "")
-        self.ids = [base.ids[i] for i in self.indices]
+    def __init__(self, base: Any, split: str) -> None:
+        self.base, self.name, self.class_names, self.split = base, base.name, base.class_names, split
 
     @property
     def num_classes(self) -> int:
         return self.base.num_classes
+
+
+class Subset(_View):
+    """The images ``indices`` of a dataset, with the same interface."""
+
+    def __init__(self, base: Any, indices: Sequence[int]) -> None:
+        super().__init__(base, getattr(base, "split", ""))
+        self.indices = [int(i) for i in indices]
+        self.ids = [base.ids[i] for i in self.indices]
 
     def __len__(self) -> int:
         return len(self.indices)
@@ -272,16 +279,12 @@ class Subset:
         return self.base.mask(self.indices[index])
 
 
-class Mirrored:
+class Mirrored(_View):
     """The same images and label maps, flipped left to right (the probe's ``augmentation: flip``)."""
 
     def __init__(self, base: Any) -> None:
-        self.base, self.name, self.class_names, self.ids = base, base.name, base.class_names, base.ids
-        self.split = f"{getattr(base, 'split', '')}-mirrored"
-
-    @property
-    def num_classes(self) -> int:
-        return self.base.num_classes
+        super().__init__(base, f"{getattr(base, 'split', '')}-mirrored")
+        self.ids = base.ids
 
     def __len__(self) -> int:
         return len(self.base)
