@@ -247,6 +247,10 @@ def _train_and_score(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds:
                           "final_train_loss": trained.losses[(g, j)][-1] if trained.losses[(g, j)] else None})
         best = int(np.nanargmax([s["miou"] if s["miou"] is not None else np.nan for s in sweep]))
         best_key, best_conf = (g, best), conf[(g, best)]
+        edge = sweep_edge(lrs, best)
+        if edge:
+            print(f"  warning: {spec.name} {title}: the best lr {lrs[best]:g} is the {edge} of the sweep {list(lrs)}; "
+                  f"the optimum may lie beyond it (extend lrs=[...])", flush=True)
         stem = f"probe-{name}{suffix}"
         pred_dir = None
         if cfg.save_predictions:
@@ -268,7 +272,7 @@ def _train_and_score(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds:
             "dataset": name, "probe": title, "backbone": spec.name,
             "checkpoint": str(spec.path) if spec.path else f"random (seed {int(cfg.seed)})",
             "backbone_args": json.loads(json.dumps(spec.args, default=str)),
-            "miou": _pct(best_conf.miou()), "best_lr": lrs[best],
+            "miou": _pct(best_conf.miou()), "best_lr": lrs[best], "best_lr_at_edge": edge,
             "pixel_accuracy": _pct(best_conf.pixel_accuracy()),
             "per_class_iou": {cls: _pct(v) for cls, v in zip(train_ds.class_names, iou)},
             "sweep": sweep,
@@ -292,6 +296,18 @@ def _train_and_score(cfg: DictConfig, spec: BackboneSpec, train_ds: Any, val_ds:
         w.close()
         results[g] = result
     return results
+
+
+def sweep_edge(lrs: Sequence[float], best: int) -> str | None:
+    """``"highest"`` or ``"lowest"`` when the best of a sweep of several lrs is its largest or smallest
+    value (the optimum may lie outside the sweep), else None."""
+    if len(lrs) < 2:
+        return None
+    if lrs[best] == max(lrs):
+        return "highest"
+    if lrs[best] == min(lrs):
+        return "lowest"
+    return None
 
 
 def comparison_table(name: str, specs: Sequence[BackboneSpec], results: dict[str, dict[str, dict]],

@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from eval.miou import ConfusionMatrix
-from eval.probe import main, spread_layers
+from eval.probe import main, spread_layers, sweep_edge
 from eval.seg_datasets import VOCSegDataset
 from skipless.models import create_vit, save_backbone
 
@@ -40,6 +40,8 @@ def test_probe_writes_results_figure_table_and_predictions_that_rescore(setup):
             assert result["layers"] == layers and result["resolution"] == 32 and result["label_size"] == 8
             assert [s["lr"] for s in result["sweep"]] == [1e-3, 1e-2] and result["best_lr"] in (1e-3, 1e-2)
             assert result["miou"] == max(s["miou"] for s in result["sweep"])
+            # two lrs: the best is one end of the sweep, and the result says which
+            assert result["best_lr_at_edge"] == {1e-3: "lowest", 1e-2: "highest"}[result["best_lr"]]
             assert set(result["per_class_iou"]) == set(CLASSES) and result["n_val"] == 5
             assert result["config"]["dataset"] == "default" and result["timings"]["total_s"] > 0
             assert sorted(result["monitor_miou_at_label_size"]) == ["1", "2"]
@@ -109,6 +111,13 @@ def test_bad_input_is_one_clear_error(setup, extra, message):
 def test_multiscale_blocks_are_spread_over_the_depth():
     assert spread_layers(12, 4) == [2, 5, 8, 11]
     assert spread_layers(12, 1) == [11] and spread_layers(6, 3) == [1, 3, 5] and spread_layers(2, 4) == [0, 1]
+
+
+def test_sweep_edge_flags_a_best_lr_at_either_end_only():
+    lrs = [1e-4, 1e-3, 1e-2]
+    assert [sweep_edge(lrs, i) for i in range(3)] == ["lowest", None, "highest"]
+    assert sweep_edge([1e-2, 1e-3, 1e-4], 0) == "highest"  # by value, not position
+    assert sweep_edge([1e-3], 0) is None
 
 
 def test_bench_naive_probe_matches_the_cached_one(setup):
