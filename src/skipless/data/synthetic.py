@@ -18,7 +18,7 @@ shape as the only cues (v4, and stronger printed or photographed textures in two
 DINO nor a supervised ViT learnt the classes within the ~250 steps of the CPU demo (k-NN at the
 random floor, about 0.11). Version 6 gives each class a hue band again and makes the first object
 dominant: a random backbone's k-NN is then about 0.23-0.26 (colour survives random features), and
-the CPU demo's DINO run reaches about 0.31 with the centred skipless init and mean-token pooling of
+the CPU demo's DINO run reaches about 0.35 with the centred skipless init and mean-token pooling of
 ``configs/data/default.yaml``. Shape and texture remain a second cue for longer runs.
 
 The scenes are written exactly like PASCAL VOC 2012 (JPEGs, palette PNG masks with a void band
