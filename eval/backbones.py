@@ -23,13 +23,14 @@ from typing import Any, Sequence
 
 import torch
 
+from skipless.errors import SkiplessError
 from skipless.models import create_vit, freeze_for_eval, load_backbone
 from skipless.models.checkpoint import BackboneLoadError, FORMAT
 
 RANDOM = "random"
 
 
-class BackboneNotFoundError(FileNotFoundError):
+class BackboneNotFoundError(SkiplessError, FileNotFoundError):
     """A ``CKPT`` item that names no backbone; the message says what was expected."""
 
 

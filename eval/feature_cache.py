@@ -35,13 +35,13 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from skipless.atomic import atomic_write
+from skipless.data.conventions import IMAGENET_MEAN as MEAN
+from skipless.data.conventions import IMAGENET_STD as STD
 from skipless.data.errors import CorruptImageWarning
 from skipless.models import extract_features, patch_grid
 
 from .seg_datasets import check_pair
 
-# ImageNet statistics, as in DINO's pretraining and evaluation transforms.
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 FORMAT = "skipless-probe-cache/1"
 
 

@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.transforms import functional as TF
 
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
+from skipless.data.conventions import IMAGENET_MEAN as MEAN
+from skipless.data.conventions import IMAGENET_STD as STD
+
 
 
 def normalized(image: Image.Image) -> torch.Tensor:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-IGNORE_INDEX = 255
+from skipless.data.conventions import IGNORE_INDEX
+
 
 
 class ConfusionMatrix:

@@ -24,11 +24,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from .atomic import atomic_write
+from .errors import SkiplessError
 
 CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
 
 
-class ConfigError(ValueError):
+class ConfigError(SkiplessError, ValueError):
     """A config that cannot be built as asked; the message says what was expected."""
 
 

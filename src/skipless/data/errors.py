@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import os
 
+from ..errors import SkiplessError
+
 README = "data/README.md"
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(SkiplessError, FileNotFoundError):
     """A dataset folder, list or file that a reader needs is not where it was looked for."""
 
 
-class MalformedDatasetError(ValueError):
+class MalformedDatasetError(SkiplessError, ValueError):
     """A dataset is present but a file breaks its layout's conventions (e.g. an RGB mask)."""
 
 

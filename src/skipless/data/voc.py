@@ -26,13 +26,13 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image
 
+from .conventions import IGNORE_INDEX
 from .errors import MalformedDatasetError, missing_dataset
 
 VOC_CLASSES: tuple[str, ...] = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
     "cow", "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
     "train", "tvmonitor")
-IGNORE_INDEX = 255
 MARKER = "skipless_default.json"  # written by synthetic.py into VOC2012/; marks the generated default
 SEG_LAYOUT = ("<root>/VOCdevkit/VOC{year}/{{JPEGImages/<id>.jpg, {masks}/<id>.png, "
               "ImageSets/Segmentation/<split>.txt}}")

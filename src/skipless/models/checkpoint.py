@@ -13,13 +13,14 @@ from typing import Any
 import torch
 
 from ..atomic import atomic_torch_save
+from ..errors import SkiplessError
 from .vit import SkiplessViT, backbone_args, create_vit
 
 FORMAT = "skipless-backbone/1"
 _WRAPPER_PREFIXES = ("module.", "backbone.", "_orig_mod.")
 
 
-class BackboneLoadError(RuntimeError):
+class BackboneLoadError(SkiplessError, RuntimeError):
     """A backbone file that cannot be loaded as asked."""
 
 

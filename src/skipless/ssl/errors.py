@@ -1,5 +1,7 @@
 """Errors of a pretraining run that the user must see as one clear sentence (SPEC section 8)."""
 
+from ..errors import SkiplessError
 
-class DivergenceError(RuntimeError):
+
+class DivergenceError(SkiplessError, RuntimeError):
     """The loss or the parameters became non-finite: the run stopped, its last good checkpoint is kept."""

@@ -17,7 +17,8 @@ import torch
 from PIL import Image, ImageFilter
 from torchvision import transforms
 
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
+
 
 
 class RandomGaussianBlur:

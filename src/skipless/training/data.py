@@ -17,7 +17,8 @@ from torchvision import transforms
 from ..data.image_folder import ImageFolderDataset, VOCImages
 from ..data.synthetic import ensure_default
 from ..data.voc import VOCClassification
-from ..ssl.multicrop import IMAGENET_MEAN, IMAGENET_STD, MultiCropAugmentation, collate_multicrop
+from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
+from ..ssl.multicrop import MultiCropAugmentation, collate_multicrop
 
 DATASETS = ("default", "imagenet")
 
