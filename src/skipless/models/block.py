@@ -40,7 +40,9 @@ class ResidualBlock(Block):
     Args:
         residual: one of ``RESIDUAL_MODES``.
         shortcut_gains: for ``decayed``, the two coefficients (g1, g2) that scale the shortcut of the
-            attention and the MLP sub-block; stored as a buffer so checkpoints carry them.
+            attention and the MLP sub-block. A non-persistent buffer: it follows the model across
+            devices but stays out of the state dict (so a plain timm state dict loads unchanged);
+            backbone files store ``alpha_min``, from which ``create_vit`` rebuilds the gains.
         Other arguments are timm's ``Block`` arguments.
     """
 
