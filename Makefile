@@ -1,5 +1,6 @@
 # skipless: every entry point is a make target; `make help` lists them.
-# Config groups are chosen with MODEL= OPT= DATA= DATASET=; any other key with ARGS="a.b=1 c=2".
+# Config groups are chosen with MODEL= OPT= DATA= RECIPE= DATASET=; any other key with ARGS="a.b=1 c=2".
+# A variable left unset is not passed: the YAML defaults (configs/pretrain.yaml ...) stay in charge.
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -7,9 +8,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-MODEL ?= skipless
-OPT ?= adamw
-DATA ?= default
+MODEL ?=
+OPT ?=
+DATA ?=
+RECIPE ?=
 DATASET ?= default
 MULTISCALE ?= 0
 LAYER ?=
@@ -22,8 +24,10 @@ ARGS ?=
 
 # Optional keys are passed only when set, so the YAML defaults stay in charge.
 opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
-PRETRAIN_ARGS = model=$(MODEL) optim=$(OPT) data=$(DATA) $(call opt,train.devices,$(GPUS)) \
-  $(call opt,train.num_nodes,$(NODES)) $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+PRETRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
+  $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
+  $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 
 # Evaluators arrive module by module; a target whose module is missing says so in one sentence.
 need = @$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$(1)') is None)" 2>/dev/null \
@@ -38,9 +42,12 @@ help: ## list targets and variables
 	@echo "Targets:"
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## (.*)/  make \1\t\2/' | expand -t 20
 	@echo
-	@echo "Variables (defaults in brackets):"
-	@echo "  MODEL=skip|skipless|skipless-plain|decayed [$(MODEL)]   OPT=adamw|soap [$(OPT)]"
-	@echo "  DATA=default|imagenet [$(DATA)]   DATA_ROOT=path to a real dataset (see data/README.md)"
+	@echo "Variables of make pretrain (unset: the defaults of configs/pretrain.yaml, shown below):"
+	@echo "  MODEL=$(call choices,model)   OPT=$(call choices,optim)"
+	@echo "  DATA=$(call choices,data)   DATA_ROOT=path to a real dataset (see data/README.md)"
+	@echo "  RECIPE=$(call choices,recipe) (the run's scale: the CPU demo or the paper's recipe)"
+	@sed -n '/^defaults:/,/^$$/{/^$$/!p}' configs/pretrain.yaml | sed 's/^/    /'
+	@echo "Other variables:"
 	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
 	@echo "  MULTISCALE=0|1|both (probe)   LAYER=all|<block index> (tokencut)   IMAGES=<folder> (pca)"
@@ -55,10 +62,10 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
 
-data: $(STAMP) ## generate the embedded default dataset into data/default (if missing)
-	$(PY) -m skipless.data.synthetic --root data/default
+data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs/data/default.yaml), if missing
+	$(PY) -m skipless.data.synthetic
 
-pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= GPUS= NODES= RESUME= ARGS=
+pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= CKPT= ARGS=

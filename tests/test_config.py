@@ -1,17 +1,29 @@
-"""The config loader: groups, struct mode, CLI overrides, the saved config."""
+"""The config loader: groups, struct mode, CLI overrides, the saved config; where every pretraining
+value comes from (the demo and the paper's recipe, key by key)."""
 import pytest
 from omegaconf import OmegaConf
 
-from skipless.config import ConfigError, load_config, load_saved_config, save_config
+from skipless.config import CONFIG_DIR, ConfigError, load_config, load_saved_config, save_config
+
+
+def flat(cfg) -> dict:
+    """``{"model.arch": "vit_tiny", ...}`` for a config or a group file (leaf paths only)."""
+    def walk(node, prefix):
+        for k, v in node.items():
+            if isinstance(v, dict):
+                yield from walk(v, f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}", v
+    return dict(walk(OmegaConf.to_container(cfg, resolve=False), ""))
 
 
 def test_defaults_and_group_choice():
     cfg = load_config("pretrain")
     assert cfg.model.name == "skipless" and cfg.model.init == "cutskip" and cfg.optim.name == "adamw"
     cfg = load_config("pretrain", ["model=skip", "optim=soap"])
-    assert cfg.model.residual == "skip" and cfg.model.drop_path_rate == 0.1
+    assert cfg.model.residual == "skip" and cfg.model.drop_path_rate == 0.0
     assert cfg.optim.name == "soap" and cfg.optim.precondition_frequency == 10
-    assert cfg.choices.model == "skip"
+    assert dict(cfg.choices) == {"model": "skip", "optim": "soap", "data": "default", "recipe": "demo"}
 
 
 def test_lr_comes_from_the_model_preset_per_optimizer():
@@ -50,3 +62,130 @@ def test_resolved_config_is_written_and_reloadable(tmp_path):
     assert "${" not in path.read_text()
     with pytest.raises(Exception):
         again.train.epochz = 1  # struct mode stays on
+
+
+# The CPU demo as `make pretrain` resolved it before the recipe group existed (data/default.yaml then
+# set the model, dino, optim and train keys too), key by key. Only train.export_every_n_epochs (0) has
+# become train.export_epochs ([]), and choices name the recipe.
+DEMO = {
+    "run.name": None, "run.root": "runs", "run.seed": 0, "run.resume": False,
+    "model.name": "skipless", "model.arch": "vit_tiny", "model.patch_size": 16, "model.depth": None,
+    "model.residual": "skipless", "model.init": "cutskip", "model.init_args.alpha": 1.8,
+    "model.init_args.beta": 1.0, "model.init_args.c": 3.0, "model.init_args.center_mlp": True,
+    "model.alpha_min": 0.6, "model.attention": "softmax", "model.global_pool": "avg",
+    "model.drop_path_rate": 0.0, "model.lr.adamw": 5e-4, "model.lr.soap": 5e-4,
+    "dino.out_dim": 1024, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
+    "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.02,
+    "dino.teacher_temp": 0.02, "dino.warmup_teacher_temp_epochs": 0, "dino.center_momentum": 0.9,
+    "dino.momentum_teacher": 0.99, "dino.freeze_last_layer_epochs": 1, "dino.global_crops_scale": [0.4, 1.0],
+    "dino.local_crops_scale": [0.1, 0.4], "dino.local_crops_number": 4, "dino.global_crop_size": 96,
+    "dino.local_crop_size": 48,
+    "optim.name": "adamw", "optim.lr": 5e-4, "optim.lr_scale": 4.8, "optim.min_lr": 1e-6, "optim.warmup_epochs": 1,
+    "optim.weight_decay": 0.04, "optim.weight_decay_end": 0.4, "optim.clip_grad": 3.0, "optim.betas": [0.9, 0.999],
+    "optim.eps": 1e-8,
+    "train.epochs": 4, "train.batch_size_per_device": 32, "train.num_workers": 2, "train.accelerator": "auto",
+    "train.devices": 1, "train.num_nodes": 1, "train.strategy": "auto", "train.precision": "auto",
+    "train.log_every_n_steps": 10, "train.knn_every_n_epochs": 2, "train.knn_k": 20,
+    "train.keep_checkpoints": False, "train.export_epochs": [], "train.max_steps": -1,
+    "train.limit_train_batches": 1.0,
+    "data.name": "default", "data.root": "data/default", "data.n_train": 2000, "data.n_val": 1000, "data.seed": 0,
+    "choices.model": "skipless", "choices.optim": "adamw", "choices.data": "default", "choices.recipe": "demo",
+}
+
+
+def test_the_default_is_the_cpu_demo_of_before_key_by_key():
+    assert flat(load_config("pretrain")) == DEMO
+    assert flat(load_config("pretrain", ["recipe=demo"])) == DEMO  # naming it changes nothing
+
+
+# The paper's DINO recipe (Ji et al. Section 6.2 on DINO's ViT-S/16 defaults, main_dino.py), for
+# every model preset: what a run with DATA=imagenet must resolve to.
+PAPER = {
+    "model.arch": "vit_small", "model.patch_size": 16, "model.depth": None, "model.attention": "softmax",
+    "model.global_pool": "token", "model.drop_path_rate": 0.0, "model.alpha_min": 0.6,
+    "model.init_args.alpha": 1.8, "model.init_args.beta": 1.0, "model.init_args.c": 3.0,
+    "model.init_args.center_mlp": False, "model.lr.adamw": 5e-4, "model.lr.soap": 5e-4,
+    "dino.out_dim": 65536, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
+    "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.04,
+    "dino.teacher_temp": 0.04, "dino.warmup_teacher_temp_epochs": 0, "dino.center_momentum": 0.9,
+    "dino.momentum_teacher": 0.996, "dino.freeze_last_layer_epochs": 1, "dino.global_crops_scale": [0.4, 1.0],
+    "dino.local_crops_scale": [0.05, 0.4], "dino.local_crops_number": 8, "dino.global_crop_size": 224,
+    "dino.local_crop_size": 96,
+    "optim.lr": 5e-4, "optim.lr_scale": 1.0, "optim.min_lr": 1e-6, "optim.warmup_epochs": 10,
+    "optim.weight_decay": 0.04, "optim.weight_decay_end": 0.4, "optim.clip_grad": 3.0,
+    "train.epochs": 300, "train.batch_size_per_device": 64, "train.export_epochs": [200, 300],
+    "data.name": "imagenet", "choices.recipe": "paper",
+}
+MODELS = {"skip": ("skip", "timm"), "skipless": ("skipless", "cutskip"), "skipless-plain": ("skipless", "timm"),
+          "decayed": ("decayed", "timm")}
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_imagenet_runs_the_papers_recipe(model):
+    got = flat(load_config("pretrain", ["data=imagenet", f"model={model}"]))
+    assert {k: got[k] for k in PAPER} == PAPER
+    assert (got["model.residual"], got["model.init"]) == MODELS[model]
+
+
+def test_the_paper_recipe_can_be_named_on_the_default_data_and_the_demo_on_imagenet():
+    paper = flat(load_config("pretrain", ["recipe=paper"]))
+    assert {k: paper[k] for k in PAPER if not k.startswith("data.")} == \
+        {k: v for k, v in PAPER.items() if not k.startswith("data.")}
+    demo = flat(load_config("pretrain", ["data=imagenet", "recipe=demo"]))
+    assert demo["model.arch"] == "vit_tiny" and demo["train.epochs"] == 4 and demo["data.name"] == "imagenet"
+
+
+def test_dino_300_epoch_teacher_settings_and_dino_drop_path_are_one_key_away():
+    paper = flat(load_config("pretrain", ["data=imagenet"]))
+    boosted = flat(load_config("pretrain", ["data=imagenet", "recipe=paper-dino300"]))
+    changed = {k: boosted[k] for k in paper if paper[k] != boosted[k]}
+    assert changed == {"dino.teacher_temp": 0.07, "dino.warmup_teacher_temp_epochs": 30,
+                       "dino.norm_last_layer": False, "choices.recipe": "paper-dino300"}
+    assert load_config("pretrain", ["data=imagenet", "model=skip", "model.drop_path_rate=0.1"]).model.drop_path_rate == 0.1
+
+
+@pytest.mark.parametrize("group", ["model", "optim", "data"])
+def test_model_optim_and_data_groups_set_only_their_own_section(group):
+    files = sorted((CONFIG_DIR / group).glob("*.yaml"))
+    assert files
+    for path in files:
+        keys = flat(OmegaConf.load(path))
+        assert keys and all(k.startswith(f"{group}.") for k in keys), (path.name, sorted(keys))
+
+
+def test_recipes_set_no_data_or_run_keys_and_only_keys_pretrain_yaml_has():
+    base = flat(OmegaConf.load(CONFIG_DIR / "pretrain.yaml"))
+    for path in sorted((CONFIG_DIR / "recipe").glob("*.yaml")):
+        keys = flat(OmegaConf.load(path))
+        assert not [k for k in keys if k.startswith(("data.", "run."))], path.name
+        assert set(keys) <= set(base), (path.name, sorted(set(keys) - set(base)))
+
+
+def test_no_group_file_restates_a_value_of_pretrain_yaml():
+    """Every default is written once: a group file sets a key only to change it."""
+    base = flat(OmegaConf.load(CONFIG_DIR / "pretrain.yaml"))
+    for group in ("model", "optim", "data", "recipe"):
+        for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
+            restated = {k: v for k, v in flat(OmegaConf.load(path)).items() if k in base and base[k] == v}
+            assert not restated, f"{group}/{path.name} restates {restated}"
+    for key in ("model.init_args.alpha", "model.alpha_min", "model.lr.adamw", "model.lr.soap",
+                "model.drop_path_rate", "model.init"):
+        setters = [p.name for g in ("model", "recipe") for p in (CONFIG_DIR / g).glob("*.yaml")
+                   if key in flat(OmegaConf.load(p))]
+        assert setters == (["skipless.yaml"] if key == "model.init" else []), (key, setters)
+
+
+def test_a_default_may_follow_an_earlier_groups_choice(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "entry.yaml").write_text("defaults:\n  a: x\n  b: {a=x: p, otherwise: q}\nv: 0\n")
+    for name, value in (("a/x", "a"), ("a/y", "a"), ("b/p", 1), ("b/q", 2)):
+        (tmp_path / f"{name}.yaml").write_text("{}\n" if value == "a" else f"v: {value}\n")
+    assert load_config("entry", [], tmp_path).v == 1
+    assert load_config("entry", ["a=y"], tmp_path).v == 2
+    assert load_config("entry", ["a=x", "b=q"], tmp_path).v == 2
+    (tmp_path / "entry.yaml").write_text("defaults:\n  b: {c=x: p}\n  c: x\n")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "x.yaml").write_text("{}\n")
+    with pytest.raises(ConfigError, match="default of b depends on 'c'"):
+        load_config("entry", [], tmp_path)

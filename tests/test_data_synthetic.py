@@ -235,3 +235,20 @@ def test_class_cue_first_object_dominates_and_wears_its_class_hue():
         hue_hits += int(min(abs(hue - target), 1 - abs(hue - target)) < 0.08)
     assert first_dominant >= 0.8 * n
     assert hue_hits >= 0.6 * n  # 85% typical, less the flat-colour or shaded ones near a band edge
+
+
+def test_make_data_and_ensure_default_take_root_and_sizes_from_the_data_yaml(monkeypatch, capsys):
+    """configs/data/default.yaml is the one place the default's root, sizes and seed are written."""
+    from omegaconf import OmegaConf
+
+    from skipless.config import CONFIG_DIR
+    from skipless.data import synthetic
+
+    d = OmegaConf.load(CONFIG_DIR / "data" / "default.yaml").data
+    yaml_values = (str(d.root), d.n_train, d.n_val, d.seed)
+    seen = []
+    monkeypatch.setattr(synthetic, "is_complete", lambda root, n_train, n_val, seed: seen.append(
+        (str(root), n_train, n_val, seed)) or True)
+    synthetic.main([])  # what `make data` runs
+    assert seen == [yaml_values] and "nothing to do" in capsys.readouterr().out
+    assert synthetic.ensure_default(d.root) == Path(d.root) and seen[-1] == yaml_values

@@ -94,7 +94,9 @@ class PoisonAt(pl.Callback):
 
 def test_divergence_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(tmp_path, data_root):
     cfg = tiny_cfg(tmp_path, data_root, "train.epochs=3", "train.knn_every_n_epochs=0")
-    with pytest.raises(DivergenceError, match=r"step 5.*skipless"):
+    # peak lr = 5e-4 x lr_scale 4.8 (the demo recipe) x batch 4 / 256
+    with pytest.raises(DivergenceError, match=r"step 5.*skipless.*peak lr 3\.75e-05 \(model\.lr\.adamw=0\.0005 "
+                                              r"x optim\.lr_scale 4\.8.*lower model\.lr\.adamw"):
         pretrain(cfg, extra_callbacks=[PoisonAt(5)])
     run = run_dir_of(cfg)
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
@@ -118,7 +120,11 @@ def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert main(["optim=sgd"]) == 1
     assert "expected one of: adamw, soap" in capsys.readouterr().err
     assert main(["data=imagenet", f"data.root={tmp_path / 'absent'}"]) == 1
-    assert "data/README.md" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "data/README.md" in out.err
+    assert "recipe=paper" in out.out and "peak lr 0.000125 = model.lr.adamw" in out.out  # the header came first
+    assert main([f"run.root={tmp_path}", f"data.root={tmp_path / 'absent'}", "train.export_epochs=[2,5]"]) == 1
+    assert "train.export_epochs lists epochs [5] outside 1..train.epochs=4" in capsys.readouterr().err
     assert main([f"run.root={tmp_path}", "run.resume=true"]) == 1
     assert "no checkpoint to resume" in capsys.readouterr().err
     assert main([f"run.root={tmp_path}", f"data.root={tmp_path / 'absent'}", "model.global_pool=max3"]) == 1
@@ -127,10 +133,16 @@ def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert not (tmp_path / "absent").exists()  # the model is checked before any data is generated
 
 
-def test_keep_checkpoints_writes_one_file_per_epoch_beside_last(tmp_path, data_root):
-    cfg = tiny_cfg(tmp_path, data_root, "train.epochs=2", "train.knn_every_n_epochs=0", "train.keep_checkpoints=true")
+def test_keep_checkpoints_and_export_epochs_write_the_files_asked_for(tmp_path, data_root):
+    cfg = tiny_cfg(tmp_path, data_root, "train.epochs=2", "train.knn_every_n_epochs=0", "train.keep_checkpoints=true",
+                   "train.export_epochs=[1]")
     pretrain(cfg)
-    ckpts = run_dir_of(cfg) / "checkpoints"
+    run = run_dir_of(cfg)
+    assert sorted(p.name for p in run.glob("backbone*.pt")) == ["backbone-epoch1.pt", "backbone.pt"]
+    assert load_backbone(run / "backbone-epoch1.pt").skipless_args["residual"] == "skipless"
+    epochs = {p.name: torch.load(p, weights_only=False, map_location="cpu")["extra"]["epoch"] for p in run.glob("backbone*.pt")}
+    assert epochs == {"backbone-epoch1.pt": 1, "backbone.pt": 2}
+    ckpts = run / "checkpoints"
     assert sorted(p.name for p in ckpts.glob("*.ckpt")) == ["epoch001.ckpt", "epoch002.ckpt", "last.ckpt"]
     steps = {p.name: torch.load(p, weights_only=False, map_location="cpu")["global_step"] for p in ckpts.glob("*.ckpt")}
     assert steps == {"epoch001.ckpt": 4, "epoch002.ckpt": 8, "last.ckpt": 8}

@@ -95,7 +95,7 @@ def test_teacher_is_the_ema_of_the_student():
 
 
 def test_teacher_has_no_drop_path_and_starts_equal_to_the_student():
-    cfg = load_config("pretrain", [*TINY, "model=skip"])
+    cfg = load_config("pretrain", [*TINY, "model=skip", "model.drop_path_rate=0.1"])  # DINO's own value
     module = DINO(cfg, partial(backbone_factory, cfg))
     assert any(r > 0 for blk in module.student.backbone.blocks for r in blk.drop_path_rates())
     assert all(r == 0 for blk in module.teacher.backbone.blocks for r in blk.drop_path_rates())
@@ -162,3 +162,20 @@ def test_model_keys_reach_the_backbone_and_its_saved_arguments():
         pooled = model.fc_norm(tokens[:, model.num_prefix_tokens:].mean(1))  # timm: LayerNorm after the mean
         assert torch.allclose(model(x), pooled, atol=1e-5)
         assert model.blocks[0].mlp.fc2.bias.abs().sum() > 0  # the centring bias is set
+
+
+def test_cls_token_is_drawn_as_dino_draws_it_for_pretraining():
+    """DINO: trunc_normal_(cls_token, std=.02); the model factory keeps timm's std 1e-6, and the
+    pretraining factory redraws it, the same token in student and teacher."""
+    from skipless.models import create_vit
+
+    cfg = load_config("pretrain", ["data=imagenet", "model=skip"])  # ViT-S: 384 values
+    torch.manual_seed(0)
+    cls = backbone_factory(cfg, 0.0).cls_token.detach().flatten()
+    assert cls.numel() == 384
+    # sample std of 384 N(0, 0.02^2) values: relative standard error 1/sqrt(2*383) ~ 3.6%
+    assert abs(cls.std().item() - 0.02) < 4 * 0.02 / (2 * 383) ** 0.5 and abs(cls.mean().item()) < 4 * 0.02 / 384 ** 0.5
+    assert create_vit("vit_small").cls_token.abs().max() < 1e-5  # timm's own init stays in the factory
+    module = DINO(load_config("pretrain", TINY), partial(backbone_factory, load_config("pretrain", TINY)))
+    s, t = module.student.backbone.cls_token, module.teacher.backbone.cls_token
+    assert torch.equal(s, t) and s.std() > 0.01

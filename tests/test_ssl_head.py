@@ -26,3 +26,37 @@ def test_gain_trains_when_not_normalised():
     head = DINOHead(8, out_dim=12, hidden_dim=16, bottleneck_dim=5, norm_last_layer=False)
     assert head.last_layer.weight_g.requires_grad
     assert dict(head.named_parameters()).keys() >= {"last_layer.weight_g", "last_layer.weight_v"}
+
+
+def test_last_layer_keeps_nn_linears_default_init_as_dino_does():
+    """DINO builds the weight-normed last layer after its trunc-normal init has run, so it keeps
+    nn.Linear's default: the same draw as nn.Linear(bias=False) from the same seed."""
+    from skipless.ssl.head import WeightNormLinear
+
+    torch.manual_seed(0)
+    ours = WeightNormLinear(256, 1024, fix_gain=True).weight_v
+    torch.manual_seed(0)
+    reference = torch.nn.Linear(256, 1024, bias=False).weight
+    torch.testing.assert_close(ours, reference, rtol=0, atol=0)
+
+
+def test_last_layer_init_matches_the_uniform_law_of_kaiming_uniform_a_sqrt5():
+    """kaiming_uniform_(a=sqrt(5)) is U(-b, b) with b = sqrt(6 / ((1 + 5) fan_in)) = 1/sqrt(fan_in):
+    variance b^2/3, so each row's squared norm has mean fan_in * b^2 / 3 = 1/3 for any width."""
+    from scipy import stats
+
+    torch.manual_seed(0)
+    fan_in, rows = 256, 4096
+    head = DINOHead(384, out_dim=rows, hidden_dim=64, bottleneck_dim=fan_in)
+    v = head.last_layer.weight_v.detach().double()
+    b = 1 / fan_in ** 0.5
+    assert v.abs().max() <= b
+    assert stats.kstest(v.flatten()[:200_000].numpy(), stats.uniform(loc=-b, scale=2 * b).cdf).pvalue > 1e-3
+    sq = v.pow(2).sum(1)
+    # mean of 4096 row norms^2; per-row std is sqrt(fan_in * 4 b^4 / 45) ~ 0.019
+    assert abs(sq.mean().item() - 1 / 3) < 4 * (fan_in * 4 * b ** 4 / 45) ** 0.5 / rows ** 0.5
+    assert abs(v.norm(dim=1).mean().item() - 3 ** -0.5) < 0.005  # DINO's trunc-normal(0.02) gave 0.32
+    # the MLP keeps DINO's truncated normal, std 0.02, zero biases
+    w = head.mlp[0].weight.detach()
+    assert abs(w.std().item() - 0.02) < 0.001 and head.mlp[0].bias.abs().max() == 0
+    torch.testing.assert_close(head.last_layer.weight_g, torch.ones(rows, 1))

@@ -4,9 +4,11 @@
 
 1. ``configs/<entry>.yaml`` is read; its ``defaults:`` mapping names one choice per group
    (``model: skipless``). A CLI item whose key is a group name (``model=skip``) changes that choice.
+   A default may instead follow an earlier group's choice, written as a small table:
+   ``recipe: {data=default: demo, otherwise: paper}`` picks ``demo`` when ``data`` is ``default``.
 2. Each chosen group file ``configs/<group>/<choice>.yaml`` is merged over the defaults, in the order
-   of the ``defaults:`` mapping. Group files hold full paths (``model: {residual: skipless}``), so a
-   group may also set keys elsewhere (a dataset preset may shorten the schedule).
+   of the ``defaults:`` mapping. Group files hold full paths (``model: {residual: skipless}``); by
+   rule a group sets only its own section, except a recipe, which names a run's scale across sections.
 3. Struct mode is switched on, then the remaining CLI items are applied: a key that does not exist
    is an error that names it (and the closest existing keys), never a silently ignored typo.
 4. ``save_config`` writes the resolved result next to the run; ``load_saved_config`` reads it back.
@@ -76,14 +78,15 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     defaults = base.pop("defaults", None) or {}
     groups = list(defaults.keys())
     choices, rest = _split_overrides(overrides, groups)
-    cfg = base
+    cfg, chosen = base, {}
     for group in groups:
-        choice = str(choices.get(group, defaults[group]))
+        choice = choices[group] if group in choices else _default_choice(group, defaults[group], chosen)
         path = config_dir / group / f"{choice}.yaml"
         if not path.is_file():
             raise ConfigError(f"unknown {group} {choice!r}; expected one of: {', '.join(available(group, config_dir))}")
         cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
-    cfg.choices = {g: str(choices.get(g, defaults[g])) for g in groups} if groups else {}
+        chosen[group] = choice
+    cfg.choices = chosen
     OmegaConf.set_struct(cfg, True)
     for item in rest:
         key, value = item.split("=", 1)
@@ -101,6 +104,30 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     if missing:
         raise ConfigError(f"config of {entry} leaves required keys unset: {', '.join(missing)}")
     return cfg
+
+
+def _default_choice(group: str, default, chosen: dict[str, str]) -> str:
+    """A group's default: a name, or a table ``{"<earlier group>=<choice>": name, otherwise: name}``
+    whose first matching row wins."""
+    if not isinstance(default, DictConfig):
+        return str(default)
+    for condition, choice in default.items():
+        if condition == "otherwise":
+            return str(choice)
+        other, _, value = str(condition).partition("=")
+        if other not in chosen:
+            raise ConfigError(f"the default of {group} depends on {other!r}, which must be a group listed before it")
+        if chosen[other] == value:
+            return str(choice)
+    raise ConfigError(f"no default {group} for the choices {chosen}; name one with {group}=")
+
+
+def load_group(group: str, choice: str, config_dir: Path | str = CONFIG_DIR) -> DictConfig:
+    """One group file as it is written (``load_group("data", "default").data.n_train``)."""
+    path = Path(config_dir) / group / f"{choice}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown {group} {choice!r}; expected one of: {', '.join(available(group, config_dir))}")
+    return OmegaConf.load(path)
 
 
 def _parse_value(text: str):

@@ -2,7 +2,9 @@
 
 Flow: config -> ``runs/<name>/`` (resolved ``config.yaml``, TensorBoard events, checkpoints,
 ``backbone.pt`` = the teacher backbone in timm's names) -> evaluators read ``backbone.pt``.
-``make pretrain`` calls this with MODEL/OPT/DATA/GPUS/NODES/RESUME/ARGS mapped onto the config.
+``make pretrain`` calls this with the MODEL/OPT/DATA/RECIPE/GPUS/NODES/RESUME/ARGS a user set mapped
+onto the config; the rest comes from ``configs/pretrain.yaml`` and its groups. It prints
+``summary.pretrain_header`` (model, crops, schedule, effective peak lr, exports) before it starts.
 """
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
+from torch import nn
 
 from .config import ConfigError, load_config, save_config
-from .data.errors import DatasetNotFoundError
+from .errors import SkiplessError
 from .models import create_vit
 from .ssl.dino_module import DINO
-from .ssl.errors import DivergenceError
+from .ssl.errors import NothingToResumeError
+from .summary import pretrain_header
 from .training.callbacks import DivergenceGuard, EpochCheckpoint, ExportTeacher, KNNMonitor, RNGState
 from .training.checkpoint_io import AtomicCheckpointIO
 from .training.data import knn_loaders, pretrain_dataset, pretrain_loader
@@ -32,13 +36,28 @@ def run_dir_of(cfg: DictConfig) -> Path:
     return Path(cfg.run.root) / name
 
 
-def backbone_factory(cfg: DictConfig, drop_path_rate: float):
-    """The student/teacher backbone of ``cfg.model`` (the teacher is built with drop-path 0)."""
+def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
+    """The student/teacher backbone of ``cfg.model`` (the teacher is built with drop-path 0).
+
+    The model factory keeps timm's init; for DINO from scratch the CLS token is then drawn as DINO
+    draws it, truncated normal with std 0.02 (``vision_transformer.py``), not timm's std 1e-6.
+    """
     m = cfg.model
     extra = {} if m.depth is None else {"depth": int(m.depth)}
-    return create_vit(m.arch, residual=m.residual, init=m.init, attention=m.attention,
-                      init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
-                      drop_path_rate=drop_path_rate, global_pool=m.global_pool, **extra)
+    model = create_vit(m.arch, residual=m.residual, init=m.init, attention=m.attention,
+                       init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
+                       drop_path_rate=drop_path_rate, global_pool=m.global_pool, **extra)
+    with torch.no_grad():
+        nn.init.trunc_normal_(model.cls_token, std=0.02)
+    return model
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Settings that load but cannot run as asked, each refused in one sentence."""
+    late = [int(e) for e in cfg.train.export_epochs if not 1 <= int(e) <= int(cfg.train.epochs)]
+    if late:
+        raise ConfigError(f"train.export_epochs lists epochs {late} outside 1..train.epochs={cfg.train.epochs}; "
+                          f"set train.export_epochs=[...] to epochs the run reaches (or [] for none)")
 
 
 def _precision(cfg: DictConfig) -> str:
@@ -58,7 +77,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.C
     callbacks: list[pl.Callback] = [
         DivergenceGuard(),  # first: a non-finite model is never exported nor checkpointed
         RNGState(),
-        ExportTeacher(run_dir, keep_every=cfg.train.export_every_n_epochs),
+        ExportTeacher(run_dir, epochs=cfg.train.export_epochs),
         EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints),
         TQDMProgressBar(refresh_rate=1),
         *extra_callbacks,
@@ -66,7 +85,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.C
     loaders = knn_loaders(cfg) if cfg.train.knn_every_n_epochs else None
     if loaders is not None:
         callbacks.append(KNNMonitor(loaders[0], loaders[1], every=cfg.train.knn_every_n_epochs,
-                                    k=cfg.train.knn_k, num_classes=loaders[2]))
+                                    k=cfg.train.knn_k, num_classes=loaders[2],
+                                    random_backbone=partial(backbone_factory, cfg, 0.0)))
     return pl.Trainer(
         default_root_dir=run_dir,
         accelerator=cfg.train.accelerator,
@@ -91,9 +111,10 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     """Run (or resume) the pretraining described by ``cfg``; returns the trainer and the module."""
     run_dir = run_dir_of(cfg)
     last = run_dir / "checkpoints" / "last.ckpt"
+    check_config(cfg)
     if cfg.run.resume and not last.is_file():
-        raise FileNotFoundError(f"RESUME=1 but there is no checkpoint to resume at {last}; "
-                                "start the run without RESUME or name the run with run.name=")
+        raise NothingToResumeError(f"RESUME=1 but there is no checkpoint to resume at {last}; "
+                                   "start the run without RESUME or name the run with run.name=")
     pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
     try:  # first, so that an impossible model key fails before any data is generated
         module = DINO(cfg, partial(backbone_factory, cfg))
@@ -113,10 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config("pretrain", argv)
         run_dir = run_dir_of(cfg)
-        print(f"skipless pretrain: model={cfg.model.name} optim={cfg.optim.name} data={cfg.data.name} -> {run_dir}",
-              flush=True)
+        print(pretrain_header(cfg, run_dir), flush=True)
         trainer, _ = pretrain(cfg)
-    except (ConfigError, DatasetNotFoundError, DivergenceError, FileNotFoundError) as err:
+    except SkiplessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if not trainer.is_global_zero:

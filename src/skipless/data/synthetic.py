@@ -19,7 +19,7 @@ DINO nor a supervised ViT learnt the classes within the ~250 steps of the CPU de
 random floor, about 0.11). Version 6 gives each class a hue band again and makes the first object
 dominant: a random backbone's k-NN is then about 0.23-0.26 (colour survives random features), and
 the CPU demo's DINO run reaches about 0.35 with the centred skipless init and mean-token pooling of
-``configs/data/default.yaml``. Shape and texture remain a second cue for longer runs.
+``configs/recipe/demo.yaml``. Shape and texture remain a second cue for longer runs.
 
 The scenes are written exactly like PASCAL VOC 2012 (JPEGs, palette PNG masks with a void band
 along object boundaries, XML boxes, ImageSets lists; also ``SegmentationObject/``), so that the
@@ -501,15 +501,29 @@ def is_complete(root: str | os.PathLike, n_train: int, n_val: int, seed: int) ->
         len(os.listdir(images)) == n_train + n_val
 
 
-def ensure_default(root: str | os.PathLike, n_train: int = 2000, n_val: int = 1000, seed: int = 0,
-                   workers: int | None = None) -> Path:
+def default_settings() -> dict:
+    """Root, sizes and seed of the embedded default, as ``configs/data/default.yaml`` states them."""
+    from ..config import load_group  # the YAML is the one place these values are written
+
+    d = load_group("data", "default").data
+    return {"root": str(d.root), "n_train": int(d.n_train), "n_val": int(d.n_val), "seed": int(d.seed)}
+
+
+def ensure_default(root: str | os.PathLike, n_train: int | None = None, n_val: int | None = None,
+                   seed: int | None = None, workers: int | None = None) -> Path:
     """Return ``root`` once it holds the default dataset, generating it first if needed.
+
+    Sizes and seed left as None are those of ``configs/data/default.yaml`` (``default_settings``).
 
     A complete default of the same size, seed and generator version is used as it is; one of
     another size, seed or version is regenerated (saying so). Safe to call from several processes
     at once (DDP ranks): they wait on a file lock and the first one generates.
     """
     root = Path(root)
+    settings = default_settings() if None in (n_train, n_val, seed) else {}
+    n_train = settings["n_train"] if n_train is None else n_train
+    n_val = settings["n_val"] if n_val is None else n_val
+    seed = settings["seed"] if seed is None else seed
     if is_complete(root, n_train, n_val, seed):
         return root
     with _locked(root):
@@ -530,11 +544,13 @@ def ensure_default(root: str | os.PathLike, n_train: int = 2000, n_val: int = 10
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Generate the embedded default dataset (VOC layout).")
-    parser.add_argument("--root", default="data/default", help="data root; writes <root>/VOCdevkit/VOC2012")
-    parser.add_argument("--n-train", type=int, default=2000)
-    parser.add_argument("--n-val", type=int, default=1000)
-    parser.add_argument("--seed", type=int, default=0)
+    defaults = default_settings()  # `make data` passes nothing: the values of configs/data/default.yaml
+    parser = argparse.ArgumentParser(description="Generate the embedded default dataset (VOC layout); "
+                                     "defaults from configs/data/default.yaml.")
+    parser.add_argument("--root", default=defaults["root"], help="data root; writes <root>/VOCdevkit/VOC2012")
+    parser.add_argument("--n-train", type=int, default=defaults["n_train"])
+    parser.add_argument("--n-val", type=int, default=defaults["n_val"])
+    parser.add_argument("--seed", type=int, default=defaults["seed"])
     parser.add_argument("--workers", type=int, default=None, help="processes (default: the cores, at most 8)")
     parser.add_argument("--force", action="store_true", help="regenerate even if a complete default exists")
     args = parser.parse_args(argv)

@@ -71,7 +71,7 @@ def linear_then_constant(
 
     Args:
         start: value in the first epoch (DINO: 0.04).
-        end: value from the last warm-up epoch on (DINO: 0.04 vanilla, 0.07 long recipe).
+        end: value from the last warm-up epoch on (DINO: 0.04 by default, 0.07 in its README's 300-epoch ViT-S run).
         warmup_epochs: epochs of warm-up (DINO: 30; 0: constant ``end``).
         epochs: training epochs.
         steps_per_epoch: optimisation steps per epoch.

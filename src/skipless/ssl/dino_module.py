@@ -22,6 +22,7 @@ from torch import nn
 
 from ..optim import build_optimizer
 from ..optim.schedules import cosine_schedule, linear_then_constant
+from ..summary import lr_key, peak_lr
 from .errors import DivergenceError
 from .head import DINOHead
 from .loss import DINOLoss
@@ -104,10 +105,8 @@ class DINO(pl.LightningModule):
 
     def base_lr(self) -> float:
         """Peak lr for the global batch: ``optim.lr * lr_scale * batch_per_device * world_size / 256``
-        (DINO's linear scaling rule)."""
-        world = self.trainer.world_size if self._trainer is not None else 1
-        o = self.cfg.optim
-        return float(o.lr) * float(o.lr_scale) * self.cfg.train.batch_size_per_device * world / 256.0
+        (DINO's linear scaling rule, ``summary.peak_lr``), at the trainer's world size once attached."""
+        return peak_lr(self.cfg, self.trainer.world_size if self._trainer is not None else None)
 
     # ---- Lightning hooks ------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -186,7 +185,7 @@ class DINO(pl.LightningModule):
         if self._trainer is not None:  # every rank stops together, none hangs in an all-reduce
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
         if not finite:
-            raise DivergenceError(divergence_message(self.cfg, step, f"loss {float(loss.detach())}"))
+            raise DivergenceError(divergence_message(self.cfg, step, f"loss {float(loss.detach())}", self.base_lr()))
 
     def _log_crops(self, crops: list[torch.Tensor]) -> None:
         experiment = getattr(self.logger, "experiment", None)
@@ -197,9 +196,11 @@ class DINO(pl.LightningModule):
             experiment.add_images("crops/local", denormalize(torch.stack([c[0] for c in crops[2:]]).float()), 0)
 
 
-def divergence_message(cfg: DictConfig, step: int, what: str) -> str:
-    """One sentence: where it diverged, with which model, and what to try."""
+def divergence_message(cfg: DictConfig, step: int, what: str, peak: float) -> str:
+    """One sentence: where it diverged, with which model, the effective peak lr, the key that sets it."""
     m, o = cfg.model, cfg.optim
+    key = lr_key(cfg)
     return (f"training diverged at step {step} ({what}) for model {m.name} (residual {m.residual}, init {m.init}) "
-            f"with {o.name} at base lr {o.lr}; the run stopped and the last good checkpoint is kept, so lower "
-            f"the lr (ARGS=\"model.lr.{o.name}={float(o.lr) / 3:.2g}\") and resume or restart")
+            f"with {o.name} at peak lr {peak:.3g} ({key}={float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} "
+            f"x global batch / 256); the run stopped and the last good checkpoint is kept, so lower {key} "
+            f"(ARGS=\"{key}={float(o.lr) / 3:.2g}\") and resume or restart")

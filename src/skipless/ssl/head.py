@@ -2,10 +2,15 @@
 L2 normalisation, then a weight-normalised, bias-free linear layer to ``out_dim`` prototypes.
 
 ViT-S/16 recipe: 384 -> 2048 -> 2048 -> 256, GELU, last layer 256 -> 65536. With
-``norm_last_layer`` the weight-norm gain ``weight_g`` is fixed at 1 (the vanilla recipe; DINO notes
-it stabilises training, the long recipe turns it off).
+``norm_last_layer`` the weight-norm gain ``weight_g`` is fixed at 1 (DINO's default, which it notes
+stabilises training; its README's 300-epoch ViT-S run turns it off).
+
+Inits as in DINO's ``vision_transformer.py``: the MLP's linears truncated normal (std 0.02), biases 0;
+the last layer is built after that init runs, so it keeps ``nn.Linear``'s default.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +27,11 @@ class WeightNormLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, fix_gain: bool) -> None:
         super().__init__()
         self.weight_v = nn.Parameter(torch.empty(out_features, in_features))
-        nn.init.trunc_normal_(self.weight_v, std=0.02)
+        # nn.Linear's default (reset_parameters): kaiming_uniform_ with a = sqrt(5), i.e.
+        # U(-1/sqrt(in), 1/sqrt(in)), rows of expected squared norm 1/3 whatever in_features is.
+        # The norm of v sets the size of the steps on the direction v/||v||, so it matters even
+        # with the gain fixed at 1.
+        nn.init.kaiming_uniform_(self.weight_v, a=math.sqrt(5))
         self.weight_g = nn.Parameter(torch.ones(out_features, 1), requires_grad=not fix_gain)
 
     def weight(self) -> torch.Tensor:

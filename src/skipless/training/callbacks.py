@@ -26,7 +26,8 @@ class DivergenceGuard(pl.Callback):
         bad = next((n for n, p in pl_module.named_parameters() if not torch.isfinite(p).all()), None)
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
             raise DivergenceError(divergence_message(pl_module.cfg, trainer.global_step,
-                                                     f"non-finite parameter {bad or 'on another rank'}"))
+                                                     f"non-finite parameter {bad or 'on another rank'}",
+                                                     pl_module.base_lr()))
 
 
 class RNGState(pl.Callback):
@@ -71,11 +72,12 @@ class EpochCheckpoint(pl.Callback):
 
 class ExportTeacher(pl.Callback):
     """Writes the teacher backbone (timm names + create_vit arguments) to ``<run>/backbone.pt`` at
-    every epoch end, and to ``<run>/backbone-epoch<N>.pt`` every ``keep_every`` epochs."""
+    every epoch end, and also to ``<run>/backbone-epoch<N>.pt`` at each of ``epochs`` (the paper
+    evaluates epochs 200 and 300: ``train.export_epochs``)."""
 
-    def __init__(self, run_dir: str | Path, keep_every: int = 0) -> None:
+    def __init__(self, run_dir: str | Path, epochs: Iterable[int] = ()) -> None:
         self.run_dir = Path(run_dir)
-        self.keep_every = keep_every
+        self.epochs = {int(e) for e in epochs}
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero:
@@ -84,18 +86,22 @@ class ExportTeacher(pl.Callback):
         extra = {"epoch": epoch, "step": trainer.global_step}
         teacher = pl_module.teacher_backbone()
         save_backbone(self.run_dir / "backbone.pt", teacher, extra=extra)
-        if self.keep_every and epoch % self.keep_every == 0:
+        if epoch in self.epochs:
             save_backbone(self.run_dir / f"backbone-epoch{epoch}.pt", teacher, extra=extra)
 
 
 class KNNMonitor(pl.Callback):
     """k-NN top-1 accuracy of the teacher's CLS features (``knn/teacher``), every ``every`` epochs
     and at the last one; a freshly initialised backbone of the same architecture is scored once
-    at the start (``knn/random``) so the curve has its floor beside it."""
+    at the start (``knn/random``) so the curve has its floor beside it. ``random_backbone`` builds
+    that backbone (the pretraining's own factory, so the floor has the init training starts from);
+    without it, ``create_vit`` of the teacher's arguments."""
 
     def __init__(self, train_batches: Callable[[], Iterable], val_batches: Callable[[], Iterable],
-                 every: int = 1, k: int = 20, num_classes: int | None = None) -> None:
+                 every: int = 1, k: int = 20, num_classes: int | None = None,
+                 random_backbone: Callable[[], torch.nn.Module] | None = None) -> None:
         self.train_batches, self.val_batches = train_batches, val_batches
+        self.random_backbone = random_backbone
         self.every, self.k, self.num_classes = every, k, num_classes
         self.history: list[tuple[int, float]] = []
         self.random_accuracy: float | None = None
@@ -113,7 +119,8 @@ class KNNMonitor(pl.Callback):
         args = dict(pl_module.teacher_backbone().skipless_args)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            fresh = create_vit(args.pop("arch"), **args).to(pl_module.device)
+            fresh = self.random_backbone() if self.random_backbone else create_vit(args.pop("arch"), **args)
+            fresh = fresh.to(pl_module.device)
         self.random_accuracy = self._score(fresh, pl_module.device)
         _log_scalar(trainer, "knn/random", self.random_accuracy)
 

@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
+from ..config import ConfigError
 from ..data.image_folder import ImageFolderDataset, VOCImages
 from ..data.synthetic import ensure_default
 from ..data.voc import VOCClassification
@@ -34,7 +35,7 @@ def pretrain_dataset(cfg: DictConfig) -> Dataset:
     """Multi-crop views of the pretraining images; generates the default dataset if missing."""
     name = cfg.data.name
     if name not in DATASETS:
-        raise ValueError(f"unknown pretraining data {name!r}; expected one of: {', '.join(DATASETS)}")
+        raise ConfigError(f"unknown pretraining data {name!r}; expected one of: {', '.join(DATASETS)}")
     aug = multicrop_from_config(cfg)
     if name == "default":
         root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,

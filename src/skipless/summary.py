@@ -1,0 +1,88 @@
+"""What a run will do, in a few lines: printed by an entry point before it starts.
+
+``describe_model`` takes a ``model`` config section or the ``skipless_args`` a backbone file
+carries, so an evaluator can print the model it loaded the same way; ``pretrain_header`` adds the
+crops, the schedule and the effective peak lr of a pretraining config; ``peak_lr`` is the one
+place that scaling rule is written (DINO's linear rule: lr x lr_scale x global batch / 256).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_CUTSKIP_ARGS = ("alpha", "beta", "c", "center_mlp")
+
+
+def world_size(cfg: Mapping) -> int | None:
+    """Processes a config asks for (devices x nodes), or None when Lightning picks them (``auto``)."""
+    devices, nodes = cfg["train"]["devices"], cfg["train"]["num_nodes"]
+    if isinstance(devices, int) and isinstance(nodes, int) and devices > 0 and nodes > 0:
+        return devices * nodes
+    return None
+
+
+def peak_lr(cfg: Mapping, world: int | None = None) -> float:
+    """The lr at the end of the warm-up: ``optim.lr * optim.lr_scale * global_batch / 256``.
+
+    ``world`` is the number of processes (the trainer's world size once it runs); by default the
+    config's devices x nodes, or 1 when those are left to Lightning.
+    """
+    world = world or world_size(cfg) or 1
+    o = cfg["optim"]
+    return float(o["lr"]) * float(o["lr_scale"]) * int(cfg["train"]["batch_size_per_device"]) * world / 256.0
+
+
+def lr_key(cfg: Mapping) -> str:
+    """The key that sets the base lr: the model preset's ``model.lr.<optim>``, unless ``optim.lr``
+    was overridden to another value."""
+    name = cfg["optim"]["name"]
+    from_model = cfg["model"].get("lr", {}).get(name)
+    return f"model.lr.{name}" if from_model is not None and float(from_model) == float(cfg["optim"]["lr"]) \
+        else "optim.lr"
+
+
+def _number(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x).lower() if isinstance(x, bool) else str(x)
+
+
+def describe_model(m: Mapping) -> str:
+    """``vit_small/16, 12 blocks, residual skipless, init cutskip (alpha 1.8 ...), pooling token, drop-path 0``."""
+    depth = m.get("depth")
+    parts = [f"{m['arch']}/{m.get('patch_size') or 16}" + (f", {depth} blocks" if depth else ""),
+             f"residual {m['residual']}"]
+    init = str(m.get("init", "timm"))
+    args = m.get("init_args") or {}
+    if init == "cutskip" and args:
+        init += " (" + ", ".join(f"{k} {_number(args[k])}" for k in _CUTSKIP_ARGS if k in args) + ")"
+    parts.append(f"init {init}")
+    if m["residual"] == "decayed" and "alpha_min" in m:
+        parts.append(f"alpha_min {_number(m['alpha_min'])}")
+    parts.append(f"pooling {m.get('global_pool', 'token')}")
+    parts.append(f"drop-path {_number(m.get('drop_path_rate', 0.0))}")
+    return ", ".join(parts)
+
+
+def pretrain_header(cfg: Mapping, run_dir: Any = None) -> str:
+    """The lines ``make pretrain`` prints before it starts (``cfg`` is a resolved pretraining config)."""
+    m, d, o, t = cfg["model"], cfg["dino"], cfg["optim"], cfg["train"]
+    choices = cfg.get("choices") or {}
+    world = world_size(cfg)
+    per_device = int(t["batch_size_per_device"])
+    batch = f"{per_device * world} ({per_device}/device x {world})" if world else f"{per_device}/device x auto devices"
+    key = lr_key(cfg)
+    lr = (f"peak lr {peak_lr(cfg, world):.3g} = {key} {_number(float(o['lr']))} x optim.lr_scale "
+          f"{_number(float(o['lr_scale']))} x {per_device * (world or 1)}/256")
+    temp = f"teacher temp {_number(d['warmup_teacher_temp'])}"
+    if d["warmup_teacher_temp_epochs"]:
+        temp += f" -> {_number(d['teacher_temp'])} over {d['warmup_teacher_temp_epochs']} epochs"
+    exports = ", ".join(str(e) for e in t.get("export_epochs") or []) or "none"
+    where = f" -> {run_dir}" if run_dir is not None else ""
+    return "\n".join([
+        f"skipless pretrain: model={m['name']} optim={o['name']} data={cfg['data']['name']} "
+        f"recipe={choices.get('recipe', '-')}{where}",
+        f"  model    {describe_model(m)}",
+        f"  crops    2 x {d['global_crop_size']} px + {d['local_crops_number']} x {d['local_crop_size']} px; "
+        f"head {d['out_dim']} prototypes, norm_last_layer {_number(d['norm_last_layer'])}; {temp}",
+        f"  train    {t['epochs']} epochs, global batch {batch}, {o['name']}, {lr}",
+        f"  exports  backbone.pt (latest); backbone-epoch<N>.pt at epochs: {exports}",
+    ])

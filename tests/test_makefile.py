@@ -1,0 +1,36 @@
+"""`make pretrain` and `make data` pass only what the user set: the YAML defaults stay in charge."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def dry_run(*args: str) -> str:
+    """The command line make would run (``-n``; PY and the install stamp replaced by no-ops)."""
+    out = subprocess.run(["make", "-n", "-s", "STAMP=", "PY=python", *args], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    return next(line for line in out.splitlines() if line.startswith("python -m"))
+
+
+def test_make_pretrain_without_variables_passes_no_config_values():
+    assert dry_run("pretrain").split() == ["python", "-m", "skipless.pretrain"]
+
+
+def test_make_pretrain_maps_each_variable_set_onto_its_key():
+    words = dry_run("pretrain", "MODEL=skip", "OPT=soap", "DATA=imagenet", "RECIPE=paper-dino300", "GPUS=8",
+                    "NODES=2", "RESUME=1", "ARGS=train.epochs=200").split()[3:]
+    assert words == ["model=skip", "optim=soap", "data=imagenet", "recipe=paper-dino300", "train.devices=8",
+                     "train.num_nodes=2", "run.resume=true", "train.epochs=200"]
+
+
+def test_make_data_reads_root_and_sizes_from_the_yaml():
+    assert dry_run("data").split() == ["python", "-m", "skipless.data.synthetic"]
+
+
+def test_help_lists_the_recipes_and_the_default_choices():
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "RECIPE=demo|paper|paper-dino300" in out and "data=default: demo" in out

@@ -1,0 +1,48 @@
+"""The header an entry point prints: the values a user wants to see, the peak lr worked out."""
+import math
+
+import pytest
+
+from skipless.config import load_config
+from skipless.summary import describe_model, lr_key, peak_lr, pretrain_header
+
+
+def test_demo_header_shows_its_recipe():
+    text = pretrain_header(load_config("pretrain"), "runs/skipless-adamw-default")
+    for part in ("model=skipless optim=adamw data=default recipe=demo -> runs/skipless-adamw-default",
+                 "vit_tiny/16", "residual skipless", "init cutskip (alpha 1.8, beta 1, c 3, center_mlp true)",
+                 "pooling avg", "drop-path 0", "2 x 96 px + 4 x 48 px", "1024 prototypes", "teacher temp 0.02",
+                 "4 epochs", "global batch 32 (32/device x 1)", "adamw",
+                 "peak lr 0.0003 = model.lr.adamw 0.0005 x optim.lr_scale 4.8 x 32/256", "epochs: none"):
+        assert part in text, part
+
+
+def test_paper_header_scales_the_lr_with_the_global_batch():
+    cfg = load_config("pretrain", ["data=imagenet", "model=skip", "optim=soap", "recipe=paper-dino300",
+                                   "train.devices=8", "train.num_nodes=2"])
+    text = pretrain_header(cfg)
+    for part in ("vit_small/16", "residual skip", "init timm,", "pooling token", "2 x 224 px + 8 x 96 px",
+                 "65536 prototypes", "norm_last_layer false", "teacher temp 0.04 -> 0.07 over 30 epochs",
+                 "300 epochs", "global batch 1024 (64/device x 16)", "soap", "peak lr 0.002 = model.lr.soap",
+                 "epochs: 200, 300"):
+        assert part in text, part
+
+
+@pytest.mark.parametrize("devices,nodes,world", [(1, 1, 1), (4, 2, 8), ("auto", 1, None)])
+def test_peak_lr_is_lr_times_scale_times_global_batch_over_256(devices, nodes, world):
+    cfg = load_config("pretrain", [f"train.devices={devices}", f"train.num_nodes={nodes}", "optim.lr_scale=2"])
+    expected = 5e-4 * 2 * 32 * (world or 1) / 256
+    assert math.isclose(peak_lr(cfg), expected)
+    assert math.isclose(peak_lr(cfg, world=3), 5e-4 * 2 * 32 * 3 / 256)
+
+
+def test_lr_key_names_the_key_that_set_the_lr():
+    assert lr_key(load_config("pretrain", ["optim=soap", "model.lr.soap=1e-4"])) == "model.lr.soap"
+    assert lr_key(load_config("pretrain", ["optim.lr=2e-4"])) == "optim.lr"
+
+
+def test_describe_model_reads_a_backbone_files_arguments():
+    args = {"arch": "vit_base", "residual": "decayed", "init": "timm", "alpha_min": 0.5, "patch_size": 8,
+            "depth": 6, "global_pool": "token", "drop_path_rate": 0.1}
+    assert describe_model(args) == ("vit_base/8, 6 blocks, residual decayed, init timm, alpha_min 0.5, "
+                                    "pooling token, drop-path 0.1")
