@@ -4,7 +4,7 @@ A ViT learns one position embedding per patch of its native grid (14 x 14 for 22
 a crop of another size gets a bicubic resample of that grid. DINO and timm resample differently:
 
 - ``dino`` (Caron et al.'s ``interpolate_pos_encoding``): ``F.interpolate(..., scale_factor=
-  (h + 0.1) / gh, mode="bicubic")`` without antialiasing. The scale *factor*, not the size, drives
+  (rows + 0.1) / gh, mode="bicubic")`` without antialiasing. The scale *factor*, not the size, drives
   the sampling grid, so the +0.1 (added in DINO to dodge a float rounding of the output size) also
   shifts where every new position samples the old grid, and a crop whose grid is native along one
   side (160 x 224 px) is still resampled along that side by 14.1/14.
@@ -12,18 +12,21 @@ a crop of another size gets a bicubic resample of that grid. DINO and timm resam
   downsampling (the 96-px local crops of DINO) low-pass filters the grid first.
 
 Both return the embedding unchanged on the native grid, so a plain timm or DINO state dict gives
-the same outputs either way at 224 px. Elsewhere they differ a lot. Measured on this code (float32,
-``measure_pos_embed_interp.py`` in the report of issue 11; no released weights are reachable from
-the test machine, so two stand-ins): relative L2 difference per token, max / mean over the patch tokens
+the same outputs either way at 224 px. Elsewhere they differ. Measured with ``tests/pos_embed_measure.py``
+(float32, CPU). No released weights are reachable from the test machine, so the 14 x 14 table is one
+of two stand-ins: a smooth one (2-D sin-cos) and DINO's i.i.d. initialisation (the roughest a table
+can be; learned tables lie between). Relative L2 difference per token, ``|timm - dino| / |dino|``,
+max / mean over the patch tokens:
 
     pos-embed             96 px          160 px         480 px
-    smooth (2-D sin-cos)  0.41 / 0.10    0.21 / 0.05    0.10 / 0.03
-    i.i.d. (DINO's init)  0.85 / 0.66    0.50 / 0.40    0.30 / 0.25
+    smooth (2-D sin-cos)  0.06 / 0.05    0.03 / 0.02    0.02 / 0.01
+    i.i.d. (DINO's init)  0.89 / 0.81    0.60 / 0.42    0.23 / 0.10
 
-and of the CLS output of a ViT-S (timm's random init, sin-cos pos-embed scaled to the patch
-embedding's norm, 8 random images), max / mean over images:
+and of the CLS output of a ViT-S (timm's random init, the table scaled to the norm of a patch
+embedding, 8 random images), max / mean over the images:
 
-    CLS output            0.013 / 0.012  0.008 / 0.007  0.004 / 0.004
+    smooth (2-D sin-cos)  0.019 / 0.018  0.009 / 0.009  0.004 / 0.004
+    i.i.d. (DINO's init)  0.48 / 0.43    0.10 / 0.09    0.018 / 0.017
 
 so DINO-trained weights must use ``dino`` to reproduce DINO's features at local-crop sizes, and a
 backbone trained with one rule should be evaluated with the same rule. New models use ``dino``
