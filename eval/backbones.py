@@ -5,12 +5,21 @@ by spaces or commas:
 
 - a run folder (``runs/skipless-adamw-default``): its exported teacher ``backbone.pt``;
 - a backbone file (``runs/x/backbone-epoch200.pt``) written by ``save_backbone``;
+- a plain state dict in timm's names with its architecture after a colon,
+  ``dino_deitsmall16_pretrain.pth:vit_small`` (DINO's released ViT-S/16; ``vit_tiny``,
+  ``vit_small``, ``vit_base``; patch size and grid are read from the weights, so ViT-S/8 or /14
+  files load as ``:vit_small`` too). Wrapped training checkpoints (``teacher``, ``state_dict``,
+  ``model``, ``student``) and ``module.``/``backbone.`` prefixes are accepted; see
+  ``skipless.models.checkpoint``;
+- ``timm:<name>``, timm's pretrained weights from the local Hugging Face cache, never downloaded
+  (``timm:vit_small_patch16_224.dino``); see ``skipless.models.timm_weights``;
 - ``random``: a freshly initialised backbone with the same architecture, residual mode and
   initialisation as the first real checkpoint in the list (or the newest run when there is none),
   seeded, so every evaluator has its floor;
 - nothing: the newest run under ``runs/`` (by the time its ``backbone.pt`` was written).
 
-Results go to ``<run>/eval/`` of each checkpoint; the random floor writes to ``runs/random-<...>/eval``.
+Results go to ``<run>/eval/`` of each checkpoint; the random floor writes to ``runs/random-<...>/eval``,
+a plain state dict to ``runs/<file stem>/eval`` and timm weights to ``runs/timm-<name>/eval``.
 Only the model part of skipless is imported here, never training code (SPEC section 1).
 """
 from __future__ import annotations
@@ -24,10 +33,12 @@ from typing import Any, Sequence
 import torch
 
 from skipless.errors import SkiplessError
-from skipless.models import create_vit, freeze_for_eval, load_backbone
-from skipless.models.checkpoint import BackboneLoadError, FORMAT
+from skipless.models import ARCHS, create_vit, freeze_for_eval, load_backbone
+from skipless.models.checkpoint import ArchRequiredError, BackboneLoadError, read_backbone_args
+from skipless.models.timm_weights import cached_weights, load_timm_backbone, timm_backbone_args
 
 RANDOM = "random"
+TIMM_PREFIX = "timm:"
 
 
 class BackboneNotFoundError(SkiplessError, FileNotFoundError):
@@ -43,12 +54,17 @@ class BackboneSpec:
         path: the backbone file, or None for the random floor.
         out_dir: where evaluators write their results (``<run>/eval``).
         args: the ``create_vit`` arguments (arch, residual, init, ...) stored with the weights.
+        kind: ``skipless`` (a ``save_backbone`` file), ``state_dict`` (a plain state dict, ``args``
+            inferred), ``timm`` (timm's cached weights; ``path`` is the cached file) or ``random``.
+        timm_name: for ``timm``: the timm model name.
     """
 
     name: str
     path: Path | None
     out_dir: Path
     args: dict[str, Any]
+    kind: str = "skipless"
+    timm_name: str | None = None
 
     @property
     def is_random(self) -> bool:
@@ -57,13 +73,11 @@ class BackboneSpec:
 
 def _stored_args(path: Path) -> dict[str, Any]:
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise BackboneLoadError(f"{path} is not a readable backbone file ({type(err).__name__}: {err})") from err
-    if not (isinstance(payload, dict) and payload.get("format") == FORMAT):
-        raise BackboneLoadError(f"{path} is not a backbone written by save_backbone ({FORMAT}); "
-                                "evaluators read runs/<run>/backbone.pt")
-    return dict(payload["args"])
+        return read_backbone_args(path)
+    except ArchRequiredError as err:
+        raise BackboneLoadError(
+            f"{path} is a plain state dict without model arguments; name its architecture after a colon, "
+            f"CKPT=\"{path}:vit_small\" (one of {', '.join(ARCHS)})") from err
 
 
 def newest_run(runs_root: str | os.PathLike = "runs") -> Path | None:
@@ -81,8 +95,32 @@ def split_items(ckpt: str | Sequence[str] | None) -> list[str]:
     return [s for item in ckpt for s in split_items(str(item))]
 
 
-def _file_spec(item: str) -> BackboneSpec:
+def _timm_spec(item: str, runs_root: Path) -> BackboneSpec:
+    name = item[len(TIMM_PREFIX):]
+    if not name:
+        raise BackboneNotFoundError("CKPT item 'timm:' names no model; expected timm:<name>, e.g. "
+                                    "timm:vit_small_patch16_224.dino")
+    file = cached_weights(name)
+    label = f"timm-{name}"
+    return BackboneSpec(label, file, runs_root / label / "eval", timm_backbone_args(name), "timm", name)
+
+
+def _state_dict_spec(path: Path, arch: str, runs_root: Path) -> BackboneSpec:
+    if arch not in ARCHS:
+        raise BackboneNotFoundError(f"unknown architecture {arch!r} in CKPT item {path}:{arch}; "
+                                    f"expected one of: {', '.join(ARCHS)}")
+    if not path.is_file():
+        raise BackboneNotFoundError(f"no state dict at {str(path)!r}; expected <file>:<arch>, "
+                                    "e.g. dino_deitsmall16_pretrain.pth:vit_small")
+    return BackboneSpec(path.stem, path, runs_root / path.stem / "eval", read_backbone_args(path, arch),
+                        "state_dict")
+
+
+def _file_spec(item: str, runs_root: Path) -> BackboneSpec:
     path = Path(item)
+    if not path.exists() and ":" in item:
+        file, arch = item.rsplit(":", 1)
+        return _state_dict_spec(Path(file), arch, runs_root)
     if path.is_dir():
         file = path / "backbone.pt"
         if not file.is_file():
@@ -99,7 +137,13 @@ def _file_spec(item: str) -> BackboneSpec:
         return BackboneSpec(name, path, path.parent / "eval", _stored_args(path))
     raise BackboneNotFoundError(
         f"no backbone at {path!r}; expected a run folder with backbone.pt (runs/<name>), a backbone "
-        "file, or 'random'")
+        "file, <state dict file>:<arch>, timm:<name>, or 'random'")
+
+
+def _item_spec(item: str, runs_root: Path) -> BackboneSpec:
+    if item.startswith(TIMM_PREFIX):
+        return _timm_spec(item, runs_root)
+    return _file_spec(item, runs_root)
 
 
 def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.PathLike = "runs") -> list[BackboneSpec]:
@@ -113,7 +157,7 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
                 f"no pretraining run with a backbone.pt under {runs_root}/; run `make pretrain` first or "
                 "pass CKPT=<run folder or backbone file> (CKPT=random evaluates a random backbone)")
         items = [str(run)]
-    specs: list[BackboneSpec | None] = [None if item == RANDOM else _file_spec(item) for item in items]
+    specs: list[BackboneSpec | None] = [None if item == RANDOM else _item_spec(item, runs_root) for item in items]
     real = [s for s in specs if s is not None]
     if len(real) < len(specs):
         if real:
@@ -126,7 +170,7 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
                     f"as well (CKPT=\"runs/<name> random\") or run `make pretrain` first (looked in {runs_root}/)")
             reference = _stored_args(run / "backbone.pt")
         tag = "-".join(str(reference.get(k)) for k in ("arch", "residual", "init"))
-        floor = BackboneSpec(RANDOM, None, runs_root / f"random-{tag}" / "eval", dict(reference))
+        floor = BackboneSpec(RANDOM, None, runs_root / f"random-{tag}" / "eval", dict(reference), RANDOM)
         specs = [floor if s is None else s for s in specs]
     names = [s.name for s in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -142,6 +186,10 @@ def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = create_vit(spec.args["arch"], **args)
+    elif spec.kind == "timm":
+        model = load_timm_backbone(spec.timm_name)
+    elif spec.kind == "state_dict":
+        model = load_backbone(spec.path, map_location="cpu", arch=spec.args["arch"])
     else:
         model = load_backbone(spec.path, map_location="cpu")
     return freeze_for_eval(model, device)

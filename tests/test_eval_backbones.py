@@ -99,3 +99,13 @@ def test_markdown_table_formats_and_checks_widths():
     assert text.splitlines() == ["| model | mIoU |", "|---|---|", "| skip | 56.3 |", "| a\\|b | - |"]
     with pytest.raises(ValueError, match="do not have 2 cells"):
         markdown_table(["a", "b"], [[1]])
+
+
+def test_random_floor_of_an_old_backbone_file_keeps_timms_resample(tmp_path):
+    run, _ = _run(tmp_path, "old")
+    payload = torch.load(run / "backbone.pt", weights_only=True)
+    del payload["args"]["pos_embed_interp"]  # written before the argument existed
+    torch.save(payload, run / "backbone.pt")
+    spec, floor = resolve_backbones(f"{run} random", runs_root=tmp_path)
+    assert spec.args["pos_embed_interp"] == "timm" == floor.args["pos_embed_interp"]
+    assert load_spec(floor).pos_embed_interp == "timm" and load_spec(spec).pos_embed_interp == "timm"

@@ -70,3 +70,28 @@ def test_atomic_save_leaves_the_old_file_when_writing_fails(tmp_path, monkeypatc
         save_backbone(path, model)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["b.pt"]
+
+
+def test_backbone_file_without_pos_embed_interp_loads_as_timm(tmp_path):
+    """Files written before the argument existed were trained with timm's resample; the format stays /1."""
+    model = create_vit("vit_tiny", depth=1, pos_embed_interp="timm").eval()
+    path = save_backbone(tmp_path / "old.pt", model)
+    payload = torch.load(path, weights_only=True)
+    assert payload["format"] == "skipless-backbone/1"
+    del payload["args"]["pos_embed_interp"]
+    torch.save(payload, path)
+    loaded = load_backbone(path).eval()
+    assert loaded.pos_embed_interp == "timm" and loaded.skipless_args["pos_embed_interp"] == "timm"
+    x = torch.randn(1, 3, 48, 80)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+
+
+def test_plain_state_dict_records_patch_grid_and_dino_resample(tmp_path):
+    ref = timm.create_model("vit_tiny_patch16_224", num_classes=0, pretrained=False, patch_size=8, img_size=64)
+    path = tmp_path / "p8.pth"
+    torch.save(ref.state_dict(), path)
+    model = load_backbone(path, arch="vit_tiny")
+    assert model.skipless_args == {**model.skipless_args, "residual": "skip", "patch_size": 8, "img_size": 64,
+                                   "pos_embed_interp": "dino"}
+    assert model.patch_embed.grid_size == (8, 8)

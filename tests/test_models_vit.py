@@ -115,6 +115,7 @@ def test_dynamic_image_size_accepts_global_and_local_crops():
     (dict(residual="none"), "skip, skipless, decayed, attn-skip, mlp-skip"),
     (dict(init="xavier"), "timm, cutskip"),
     (dict(attention="linear"), "softmax"),
+    (dict(pos_embed_interp="nearest"), "dino, timm"),
 ])
 def test_unknown_names_list_the_valid_choices(kwargs, needle):
     arch = kwargs.pop("arch", "vit_tiny")
@@ -126,3 +127,35 @@ def test_model_remembers_its_arguments():
     m = create_vit("vit_tiny", residual="decayed", alpha_min=0.7, depth=2)
     assert m.skipless_args["residual"] == "decayed"
     assert m.skipless_args["alpha_min"] == 0.7 and m.skipless_args["depth"] == 2
+
+
+# --- position-embedding resample (pos_embed.py) ---------------------------------------------------
+
+@pytest.mark.parametrize("new_grid", [(6, 6), (10, 14), (30, 30), (7, 28), (14, 14)])
+def test_dino_resample_follows_dinos_interpolate_pos_encoding(new_grid):
+    """Against dino_reference (DINO's rule written independently, from pixel sizes)."""
+    from dino_reference import interpolate_pos_encoding
+    from skipless.models.pos_embed import resample_pos_embed
+    pos = torch.randn(1, 1 + 14 * 14, 8)
+    ours = resample_pos_embed(pos, new_grid, (14, 14), num_prefix_tokens=1, mode="dino")
+    rows, cols = new_grid
+    ref = interpolate_pos_encoding({"pos_embed": pos}, rows * cols, rows * 16, cols * 16, patch=16)
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+
+
+def test_timm_mode_is_timms_own_resample_at_every_size():
+    torch.manual_seed(0)
+    ref = timm.create_model("vit_tiny_patch16_224", num_classes=0, dynamic_img_size=True).eval()
+    ours = create_vit("vit_tiny", pos_embed_interp="timm").eval()
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    x = torch.randn(1, 3, 96, 160)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+        ours.pos_embed_interp = "dino"  # and the two rules do differ off the native grid
+        assert (ours(x) - ref(x)).abs().max() > 1e-3
+
+
+def test_new_models_resample_as_dino_and_remember_it():
+    m = create_vit("vit_tiny", depth=1)
+    assert m.pos_embed_interp == "dino" and m.skipless_args["pos_embed_interp"] == "dino"
+    assert create_vit("vit_tiny", depth=1, pos_embed_interp="timm").skipless_args["pos_embed_interp"] == "timm"

@@ -13,3 +13,8 @@ __all__ = [
     "extract_features", "flash_attn_available", "freeze_for_eval", "load_backbone",
     "paper_matrices", "patch_grid", "save_backbone", "suo_", "use_explicit_attention",
 ]
+
+from .pos_embed import POS_EMBED_INTERPS  # noqa: E402  (issue 11: position-embedding resample rule)
+from .timm_weights import load_timm_backbone  # noqa: E402  (issue 11: timm weights from the local cache)
+
+__all__ += ["POS_EMBED_INTERPS", "load_timm_backbone"]

@@ -14,6 +14,7 @@ from timm.models.vision_transformer import VisionTransformer
 from .attention import ATTENTIONS
 from .block import RESIDUAL_MODES, ResidualBlock, decayed_gains
 from .init import INITS, cutskip_init_, zero_output_projections_
+from .pos_embed import POS_EMBED_INTERPS, resample_pos_embed
 
 # Architectures by name (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti/S).
 ARCHS: dict[str, dict[str, int]] = {
@@ -40,9 +41,34 @@ class SkiplessViT(VisionTransformer):
 
     skipless_args: dict[str, Any]
 
+    def __init__(self, *, pos_embed_interp: str = "dino", **kwargs: Any) -> None:
+        _check_choice("pos_embed_interp", pos_embed_interp, POS_EMBED_INTERPS)
+        super().__init__(**kwargs)
+        self.pos_embed_interp = pos_embed_interp
+
     @property
     def residual(self) -> str:
         return self.skipless_args["residual"]
+
+    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """timm's ``_pos_embed`` with the position-embedding resample chosen by ``pos_embed_interp``.
+
+        ``x`` is the patch embedding, (B, rows, cols, C) with ``dynamic_img_size``; the prefix tokens
+        (CLS, registers) are prepended and the (resampled) position embedding added, as timm does.
+        """
+        if not self.dynamic_img_size or self.pos_embed is None:
+            return super()._pos_embed(x)
+        B, rows, cols, C = x.shape
+        pos_embed = resample_pos_embed(
+            self.pos_embed, (rows, cols), tuple(self.patch_embed.grid_size),
+            num_prefix_tokens=0 if self.no_embed_class else self.num_prefix_tokens, mode=self.pos_embed_interp)
+        x = x.reshape(B, rows * cols, C)
+        prefix = [t.expand(B, -1, -1) for t in (self.cls_token, self.reg_token) if t is not None]
+        if self.no_embed_class:  # deit-3 style: the prefix tokens carry no position
+            x = torch.cat(prefix + [x + pos_embed], dim=1)
+        else:
+            x = torch.cat(prefix + [x], dim=1) + pos_embed
+        return self.pos_drop(x)
 
 
 def create_vit(
@@ -53,6 +79,7 @@ def create_vit(
     attention: str = "softmax",
     init_args: dict[str, float] | None = None,
     alpha_min: float = 0.6,
+    pos_embed_interp: str = "dino",
     **overrides: Any,
 ) -> SkiplessViT:
     """Build a ViT of the skipless family.
@@ -65,6 +92,11 @@ def create_vit(
         init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` (defaults 1.8, 1.0, 3.0: DINO ViT-S) and
             ``center_mlp`` (default False; see ``init.center_mlp_``).
         alpha_min: for ``decayed``: the last shortcut coefficient (Zhang et al. use 0.6).
+        pos_embed_interp: how position embeddings are resampled for crops of a non-native size:
+            ``dino`` (DINO's ``interpolate_pos_encoding``, the default: the suite pretrains with DINO
+            and DINO's released weights then give DINO's own outputs) or ``timm`` (timm's antialiased
+            resample; what backbone files written before this argument were trained with). Both are
+            the identity at the native size. See ``pos_embed.py`` for how much they differ.
         overrides: timm ``VisionTransformer`` arguments, e.g. ``patch_size``, ``img_size``,
             ``drop_path_rate``, ``num_classes``, ``depth``.
 
@@ -77,6 +109,7 @@ def create_vit(
     _check_choice("residual mode", residual, RESIDUAL_MODES)
     _check_choice("init", init, INITS)
     _check_choice("attention", attention, ATTENTIONS)
+    _check_choice("pos_embed_interp", pos_embed_interp, POS_EMBED_INTERPS)
     init_args = {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False, **(init_args or {})}
     unknown = set(init_args) - {"alpha", "beta", "c", "center_mlp"}
     if unknown:
@@ -96,14 +129,15 @@ def create_vit(
         i = next(blocks)
         return ResidualBlock(residual=residual, shortcut_gains=tuple(gains[i].tolist()), **block_kwargs)
 
-    model = SkiplessViT(block_fn=block_fn, attn_layer=ATTENTIONS[attention], **kwargs)
+    model = SkiplessViT(block_fn=block_fn, attn_layer=ATTENTIONS[attention], pos_embed_interp=pos_embed_interp,
+                        **kwargs)
     if init == "cutskip":
         cutskip_init_(model, **init_args)
     if residual == "decayed":
         zero_output_projections_(model)
     model.skipless_args = dict(
         arch=arch, residual=residual, init=init, attention=attention,
-        init_args=init_args, alpha_min=alpha_min, **overrides,
+        init_args=init_args, alpha_min=alpha_min, pos_embed_interp=pos_embed_interp, **overrides,
     )
     return model
 
