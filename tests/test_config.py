@@ -65,14 +65,16 @@ def test_resolved_config_is_written_and_reloadable(tmp_path):
 
 
 # The CPU demo as `make pretrain` resolved it before the recipe group existed (data/default.yaml then
-# set the model, dino, optim and train keys too), key by key. Only train.export_every_n_epochs (0) has
-# become train.export_epochs ([]), and choices name the recipe.
+# set the model, dino, optim and train keys too), key by key. Changed since: train.export_every_n_epochs
+# (0) has become train.export_epochs ([]); choices name the recipe; init_args and alpha_min are null
+# (create_vit's defaults, the same values: test_null_model_keys_build_the_papers_values); and the new
+# model.pos_embed_interp is dino (before: timm's resample, the only one there was).
 DEMO = {
     "run.name": None, "run.root": "runs", "run.seed": 0, "run.resume": False,
     "model.name": "skipless", "model.arch": "vit_tiny", "model.patch_size": 16, "model.depth": None,
-    "model.residual": "skipless", "model.init": "cutskip", "model.init_args.alpha": 1.8,
-    "model.init_args.beta": 1.0, "model.init_args.c": 3.0, "model.init_args.center_mlp": True,
-    "model.alpha_min": 0.6, "model.attention": "softmax", "model.global_pool": "avg",
+    "model.residual": "skipless", "model.init": "cutskip", "model.init_args.alpha": None,
+    "model.init_args.beta": None, "model.init_args.c": None, "model.init_args.center_mlp": True,
+    "model.alpha_min": None, "model.pos_embed_interp": "dino", "model.attention": "softmax", "model.global_pool": "avg",
     "model.drop_path_rate": 0.0, "model.lr.adamw": 5e-4, "model.lr.soap": 5e-4,
     "dino.out_dim": 1024, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
     "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.02,
@@ -102,9 +104,9 @@ def test_the_default_is_the_cpu_demo_of_before_key_by_key():
 # every model preset: what a run with DATA=imagenet must resolve to.
 PAPER = {
     "model.arch": "vit_small", "model.patch_size": 16, "model.depth": None, "model.attention": "softmax",
-    "model.global_pool": "token", "model.drop_path_rate": 0.0, "model.alpha_min": 0.6,
-    "model.init_args.alpha": 1.8, "model.init_args.beta": 1.0, "model.init_args.c": 3.0,
-    "model.init_args.center_mlp": False, "model.lr.adamw": 5e-4, "model.lr.soap": 5e-4,
+    "model.global_pool": "token", "model.drop_path_rate": 0.0, "model.alpha_min": None,
+    "model.init_args.alpha": None, "model.init_args.beta": None, "model.init_args.c": None,
+    "model.init_args.center_mlp": None, "model.pos_embed_interp": "dino", "model.lr.adamw": 5e-4, "model.lr.soap": 5e-4,
     "dino.out_dim": 65536, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
     "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.04,
     "dino.teacher_temp": 0.04, "dino.warmup_teacher_temp_epochs": 0, "dino.center_momentum": 0.9,
@@ -189,3 +191,18 @@ def test_a_default_may_follow_an_earlier_groups_choice(tmp_path):
     (tmp_path / "c" / "x.yaml").write_text("{}\n")
     with pytest.raises(ConfigError, match="default of b depends on 'c'"):
         load_config("entry", [], tmp_path)
+
+
+def test_null_model_keys_build_the_papers_values():
+    """init_args / alpha_min left null in pretrain.yaml build the paper's values (stated in models/)."""
+    from skipless.pretrain import backbone_factory
+
+    for model, expect in (("skipless", {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False}),):
+        cfg = load_config("pretrain", ["data=imagenet", f"model={model}", "model.arch=vit_tiny", "model.depth=1"])
+        assert backbone_factory(cfg, 0.0).skipless_args["init_args"] == expect
+    cfg = load_config("pretrain", ["data=imagenet", "model=decayed", "model.arch=vit_tiny", "model.depth=1"])
+    assert backbone_factory(cfg, 0.0).skipless_args["alpha_min"] == 0.6
+    cfg = load_config("pretrain", ["data=imagenet", "model=skipless", "model.arch=vit_tiny", "model.depth=1",
+                                   "model.init_args.alpha=2", "model.alpha_min=0.5"])
+    args = backbone_factory(cfg, 0.0).skipless_args
+    assert args["init_args"]["alpha"] == 2 and args["init_args"]["beta"] == 1.0 and args["alpha_min"] == 0.5

@@ -46,7 +46,8 @@ def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
     extra = {} if m.depth is None else {"depth": int(m.depth)}
     model = create_vit(m.arch, residual=m.residual, init=m.init, attention=m.attention,
                        init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
-                       drop_path_rate=drop_path_rate, global_pool=m.global_pool, **extra)
+                       drop_path_rate=drop_path_rate, global_pool=m.global_pool,
+                       pos_embed_interp=m.pos_embed_interp, **extra)
     with torch.no_grad():
         nn.init.trunc_normal_(model.cls_token, std=0.02)
     return model

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_CUTSKIP_ARGS = ("alpha", "beta", "c", "center_mlp")
+from .models.block import DEFAULT_ALPHA_MIN
+from .models.init import CUTSKIP_DEFAULTS
 
 
 def world_size(cfg: Mapping) -> int | None:
@@ -51,12 +52,14 @@ def describe_model(m: Mapping) -> str:
     parts = [f"{m['arch']}/{m.get('patch_size') or 16}" + (f", {depth} blocks" if depth else ""),
              f"residual {m['residual']}"]
     init = str(m.get("init", "timm"))
-    args = m.get("init_args") or {}
-    if init == "cutskip" and args:
-        init += " (" + ", ".join(f"{k} {_number(args[k])}" for k in _CUTSKIP_ARGS if k in args) + ")"
+    given = {k: v for k, v in (m.get("init_args") or {}).items() if v is not None}
+    if init == "cutskip":  # null entries are create_vit's defaults, printed as the values they take
+        args = {**CUTSKIP_DEFAULTS, **given}
+        init += " (" + ", ".join(f"{k} {_number(args[k])}" for k in CUTSKIP_DEFAULTS) + ")"
     parts.append(f"init {init}")
-    if m["residual"] == "decayed" and "alpha_min" in m:
-        parts.append(f"alpha_min {_number(m['alpha_min'])}")
+    if m["residual"] == "decayed":
+        alpha_min = m.get("alpha_min")
+        parts.append(f"alpha_min {_number(DEFAULT_ALPHA_MIN if alpha_min is None else alpha_min)}")
     parts.append(f"pooling {m.get('global_pool', 'token')}")
     parts.append(f"drop-path {_number(m.get('drop_path_rate', 0.0))}")
     return ", ".join(parts)

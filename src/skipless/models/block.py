@@ -19,6 +19,8 @@ from timm.layers import DropPath
 from torch import nn
 
 RESIDUAL_MODES = ("skip", "skipless", "decayed", "attn-skip", "mlp-skip")
+# The decayed mode's last shortcut gain, Zhang et al.'s value; configs leave it null to mean this.
+DEFAULT_ALPHA_MIN = 0.6
 
 
 def _skips(residual: str) -> tuple[bool, bool]:

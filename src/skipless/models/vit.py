@@ -12,8 +12,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 from .attention import ATTENTIONS
-from .block import RESIDUAL_MODES, ResidualBlock, decayed_gains
-from .init import INITS, cutskip_init_, zero_output_projections_
+from .block import DEFAULT_ALPHA_MIN, RESIDUAL_MODES, ResidualBlock, decayed_gains
+from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, zero_output_projections_
 from .pos_embed import POS_EMBED_INTERPS, resample_pos_embed
 
 # Architectures by name (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti/S).
@@ -78,7 +78,7 @@ def create_vit(
     init: str = "timm",
     attention: str = "softmax",
     init_args: dict[str, float] | None = None,
-    alpha_min: float = 0.6,
+    alpha_min: float | None = None,
     pos_embed_interp: str = "dino",
     **overrides: Any,
 ) -> SkiplessViT:
@@ -89,9 +89,11 @@ def create_vit(
         residual: ``skip`` | ``skipless`` | ``decayed`` | ``attn-skip`` | ``mlp-skip`` (see ``block.py``).
         init: ``timm`` (truncated normal) | ``cutskip`` (the paper's Section 5, after timm's init).
         attention: ``softmax``.
-        init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` (defaults 1.8, 1.0, 3.0: DINO ViT-S) and
-            ``center_mlp`` (default False; see ``init.center_mlp_``).
-        alpha_min: for ``decayed``: the last shortcut coefficient (Zhang et al. use 0.6).
+        init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` and ``center_mlp`` (see
+            ``init.center_mlp_``); a missing or None entry takes ``init.CUTSKIP_DEFAULTS``, the paper's
+            DINO ViT-S values.
+        alpha_min: for ``decayed``: the last shortcut coefficient; None takes ``block.DEFAULT_ALPHA_MIN``
+            (Zhang et al.'s 0.6).
         pos_embed_interp: how position embeddings are resampled for crops of a non-native size:
             ``dino`` (DINO's ``interpolate_pos_encoding``, the default: the suite pretrains with DINO
             and DINO's released weights then give DINO's own outputs) or ``timm`` (timm's antialiased
@@ -110,10 +112,12 @@ def create_vit(
     _check_choice("init", init, INITS)
     _check_choice("attention", attention, ATTENTIONS)
     _check_choice("pos_embed_interp", pos_embed_interp, POS_EMBED_INTERPS)
-    init_args = {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False, **(init_args or {})}
-    unknown = set(init_args) - {"alpha", "beta", "c", "center_mlp"}
+    given = {k: v for k, v in (init_args or {}).items() if v is not None}
+    unknown = set(given) - set(CUTSKIP_DEFAULTS)
     if unknown:
-        raise ValueError(f"unknown init_args {sorted(unknown)}; expected alpha, beta, c, center_mlp")
+        raise ValueError(f"unknown init_args {sorted(unknown)}; expected {', '.join(CUTSKIP_DEFAULTS)}")
+    init_args = {**CUTSKIP_DEFAULTS, **given}
+    alpha_min = DEFAULT_ALPHA_MIN if alpha_min is None else float(alpha_min)
 
     kwargs: dict[str, Any] = dict(
         img_size=224, patch_size=16, num_classes=0, dynamic_img_size=True, **ARCHS[arch]
