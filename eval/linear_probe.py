@@ -31,9 +31,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from skipless.config import ConfigError
+
 from .miou import IGNORE_INDEX, ConfusionMatrix
 
 Key = tuple[str, int]  # (group name, index of the learning rate)
+OPTIMIZERS = ("adamw", "sgd")
 
 
 class LinearHeads(nn.Module):
@@ -148,7 +151,7 @@ def make_optimizer(heads: LinearHeads, name: str = "adamw", weight_decay: float 
         return torch.optim.AdamW(groups, weight_decay=weight_decay)
     if name == "sgd":
         return torch.optim.SGD(groups, momentum=0.9, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}; expected one of: adamw, sgd")
+    raise ConfigError(f"unknown optimizer {name!r}; expected one of: {', '.join(OPTIMIZERS)}")
 
 
 def epoch_order(n_valid: np.ndarray, epoch: int, seed: int) -> np.ndarray:

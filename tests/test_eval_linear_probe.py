@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from eval.feature_cache import FeatureCache, build_cache, patch_features
+from eval.feature_cache import FeatureCache, build_cache, stacked_patches
 from eval.linear_probe import (LinearHeads, cache_batches, evaluate_cached, evaluate_full, train_heads,
                                upsampled_losses)
 from skipless.models import create_vit, extract_features
@@ -121,7 +121,7 @@ def test_cache_holds_the_backbones_patch_tokens(tmp_path):
         out = extract_features(model, x, [2], norm=True)[("out", 2)][:, 1:]  # patch tokens, CLS dropped
     got = torch.from_numpy(np.asarray(disk.feats)[..., disk.channels([2])].astype(np.float32)).reshape(5, 4, -1)
     assert torch.allclose(got, out, atol=2e-2, rtol=1e-2)
-    assert torch.allclose(patch_features(model, x, [2], True).reshape(5, 4, -1), out)
+    assert torch.allclose(stacked_patches(model, x, [2], True).reshape(5, 4, -1), out)
     # the same key reuses the folder; another key rebuilds it
     again = build_cache(model, ds, [0, 2], resolution=32, label_size=8, folder=tmp_path / "c", key={"k": 1},
                         progress=False)
