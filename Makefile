@@ -74,7 +74,7 @@ pca: $(STAMP) ## PCA images of patch features per block: CKPT= IMAGES= ARGS=
 	$(PY) -m eval.pca $(call opt,ckpt,"$(CKPT)") $(call opt,images,$(IMAGES)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json
-	$(PY) -m skipless.bench $(ARGS)
+	$(PY) -m bench $(ARGS)
 
 tensorboard: $(STAMP) ## browse training and evaluation runs
 	$(PY) -m tensorboard.main --logdir runs --bind_all

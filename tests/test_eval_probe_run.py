@@ -154,7 +154,7 @@ def test_sweep_edge_flags_a_best_lr_at_either_end_only():
 
 def test_bench_naive_probe_matches_the_cached_one(setup):
     """The benchmark's two ways (cache vs backbone every step) train the same head to the same mIoU."""
-    from eval.probe_bench import bench_probe
+    from bench.probe_sweep import bench_probe
     tmp, data, _ = setup
     r = bench_probe(quick=True, ckpt=str(tmp / "runs" / "tiny"), root=str(data), num_workers=0)
     assert r["n_train"] == 8 and r["naive"]["lr"] == r["cached"]["best_lr"]
