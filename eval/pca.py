@@ -7,6 +7,8 @@ and 8): deeper skipless blocks give whole objects one colour, and skip models lo
 handful of images (the embedded default's val images, or a folder), every backbone of ``ckpt``
 gives the features of every block in one forward pass; ``eval.pca_maps`` turns each block's patch
 features into an RGB map (3 principal components, min-max per channel, signs fixed along a row).
+Settings are checked once (``check_settings``), ``compute_maps`` computes a backbone's maps, and the
+figures are written from them.
 
 Writes ``<run>/eval/pca-blocks.png`` (images x blocks, Figure 8) per backbone and, with several
 backbones, ``runs/compare/pca-checkpoints-block<l>.png`` (images x backbones at one block,
@@ -16,6 +18,7 @@ and foreground masking add ``-<kind>`` and ``-masked`` to the names.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,7 +31,7 @@ from skipless.data import DatasetNotFoundError, ImageFolderDataset, VOCImages
 from skipless.errors import SkiplessError
 from skipless.models import patch_features, patch_grid, resolve_layers
 
-from .backbones import load_spec, resolve_backbones
+from .backbones import BackboneSpec, load_spec, resolve_backbones
 from .devices import resolve_device
 from .images import MEAN, STD, normalized, square_crop
 from .pca_maps import pca_rows
@@ -96,43 +99,70 @@ def _save(fig, path: Path, tag: str) -> Path:
     return path
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Draw the PCA grids of every backbone of ``cfg.ckpt``; returns the written paths."""
+@dataclass
+class BackboneMaps:
+    """What one backbone gives the figures: per image, an RGB map per block, and its compare block's features."""
+
+    name: str
+    out_dir: Path
+    blocks: list[int]
+    maps: list[list[np.ndarray]]  # [image][block] (rows, cols, 3)
+    compare_block: int
+    grid: tuple[int, int]
+    compare_feats: torch.Tensor  # (images, patches, C)
+
+
+def check_settings(cfg: DictConfig) -> tuple[torch.device, float | None, str]:
+    """Every check of the user's input that needs no backbone; returns the device, threshold and file stem."""
     if cfg.foreground_threshold is not None and not 0.0 <= float(cfg.foreground_threshold) < 1.0:
         raise ConfigError(f"foreground_threshold must be in [0, 1) or null, got {cfg.foreground_threshold}")
     if cfg.feature not in FEATURES:
         raise ConfigError(f"unknown feature {cfg.feature!r}; expected one of: {', '.join(FEATURES)}")
-    device = resolve_device(cfg.device)
-    specs = resolve_backbones(cfg.ckpt, cfg.runs_root)
-    names, x = load_images(cfg)
     threshold = None if cfg.foreground_threshold is None else float(cfg.foreground_threshold)
     stem = "pca" + ("" if cfg.feature == "out" else f"-{cfg.feature}") + ("-masked" if threshold is not None else "")
+    return resolve_device(cfg.device), threshold, stem
+
+
+def compute_maps(spec: BackboneSpec, x: torch.Tensor, cfg: DictConfig, device: torch.device,
+                 threshold: float | None) -> BackboneMaps:
+    """The PCA maps of every chosen block of one backbone, from one forward pass."""
+    model = load_spec(spec, device, seed=cfg.seed)
+    depth = len(model.blocks)
+    blocks = resolve_layers(cfg.layers, depth)
+    compare = resolve_layers(cfg.compare_layer, depth)[0]
+    grid = patch_grid(model, *x.shape[-2:])
+    feats = block_features(model, x.to(device), sorted(set(blocks) | {compare}), cfg)
+    maps = [pca_rows([feats[b][i] for b in blocks], grid, threshold) for i in range(x.shape[0])]
+    return BackboneMaps(spec.name, spec.out_dir, blocks, maps, compare, grid, feats[compare])
+
+
+def checkpoint_maps(results: list[BackboneMaps], threshold: float | None) -> list[list[np.ndarray]]:
+    """Per image, one map per backbone at its compare block; signs aligned along the row when grids match."""
+    n = results[0].compare_feats.shape[0]
+    if len({r.grid for r in results}) == 1:  # same patches: signs aligned from checkpoint to checkpoint
+        return [pca_rows([r.compare_feats[i] for r in results], results[0].grid, threshold) for i in range(n)]
+    return [[pca_rows([r.compare_feats[i]], r.grid, threshold)[0] for r in results] for i in range(n)]  # each alone
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Draw the PCA grids of every backbone of ``cfg.ckpt``; returns the written paths."""
+    device, threshold, stem = check_settings(cfg)
+    specs = resolve_backbones(cfg.ckpt, cfg.runs_root)
+    names, x = load_images(cfg)
     written: dict[str, Any] = {"blocks": {}, "checkpoints": None}
-    compared: list[tuple[str, int, tuple[int, int], torch.Tensor]] = []
+    results = []
     for spec in specs:
-        model = load_spec(spec, device, seed=cfg.seed)
-        depth = len(model.blocks)
-        blocks = resolve_layers(cfg.layers, depth)
-        compare = resolve_layers(cfg.compare_layer, depth)[0]
-        grid = patch_grid(model, *x.shape[-2:])
-        feats = block_features(model, x.to(device), sorted(set(blocks) | {compare}), cfg)
-        maps = [pca_rows([feats[b][i] for b in blocks], grid, threshold) for i in range(len(names))]
-        fig = grid_figure(x, names, maps, [f"block {b}" for b in blocks],
-                          f"{spec.name}: PCA of {cfg.feature} features per block")
-        written["blocks"][spec.name] = _save(fig, spec.out_dir / f"{stem}-blocks.png", f"{stem}/blocks")
-        compared.append((spec.name, compare, grid, feats[compare]))
-        print(f"{spec.name}: {written['blocks'][spec.name]}", flush=True)
-    if len(specs) > 1:
-        grids = {g for _, _, g, _ in compared}
-        if len(grids) == 1:  # same patches: signs aligned from checkpoint to checkpoint
-            grid = grids.pop()
-            maps = [pca_rows([f[i] for *_, f in compared], grid, threshold) for i in range(len(names))]
-        else:  # different patch sizes: each map signed on its own
-            maps = [[pca_rows([f[i]], g, threshold)[0] for _, _, g, f in compared] for i in range(len(names))]
-        blocks_shown = sorted({b for _, b, _, _ in compared})
-        fig = grid_figure(x, names, maps, [f"{n} ({b})" for n, b, _, _ in compared],
-                          f"PCA of {cfg.feature} features, block {', '.join(map(str, blocks_shown))}")
-        path = compare_dir(cfg.runs_root) / f"{stem}-checkpoints-block{'-'.join(map(str, blocks_shown))}.png"
+        r = compute_maps(spec, x, cfg, device, threshold)
+        results.append(r)
+        fig = grid_figure(x, names, r.maps, [f"block {b}" for b in r.blocks],
+                          f"{r.name}: PCA of {cfg.feature} features per block")
+        written["blocks"][r.name] = _save(fig, r.out_dir / f"{stem}-blocks.png", f"{stem}/blocks")
+        print(f"{r.name}: {written['blocks'][r.name]}", flush=True)
+    if len(results) > 1:
+        shown = sorted({r.compare_block for r in results})
+        fig = grid_figure(x, names, checkpoint_maps(results, threshold), [f"{r.name} ({r.compare_block})" for r in results],
+                          f"PCA of {cfg.feature} features, block {', '.join(map(str, shown))}")
+        path = compare_dir(cfg.runs_root) / f"{stem}-checkpoints-block{'-'.join(map(str, shown))}.png"
         written["checkpoints"] = _save(fig, path, f"{stem}/checkpoints")
         print(f"checkpoints: {path}", flush=True)
     return written

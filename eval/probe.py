@@ -79,8 +79,13 @@ def run_probe(cfg: DictConfig) -> dict[str, dict[str, dict]]:
     results = {}
     for spec in specs:
         writers = open_writers(settings, spec.out_dir)
-        run = probe_backbone(settings, spec, train_ds, val_ds,
-                             log=lambda g, tag, value, step: writers[g].add_scalar(tag, value, step))
+        try:
+            run = probe_backbone(settings, spec, train_ds, val_ds,
+                                 log=lambda g, tag, value, step: writers[g].add_scalar(tag, value, step))
+        except BaseException:
+            for w in writers.values():
+                w.close()
+            raise
         try:
             results[spec.name] = write_outputs(settings, run, train_ds, val_ds, writers)
         finally:

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from .feature_cache import FeatureCache
 from .linear_probe import LinearHeads, evaluate_full, upsample_argmax
-from .probe_compute import ProbeRun, best_index, ids_hash, num_workers
+from .probe_compute import ProbeRun, best_index, ids_hash
 from .probe_figures import example_figure, figure_array, save_prediction
 from .probe_settings import GROUPS, ProbeSettings
 from .report import write_text

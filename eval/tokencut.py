@@ -38,7 +38,7 @@ from .devices import resolve_device
 from .images import normalized, pad_to_multiple
 from .ncut import UNIQUE_GAP, Discovery, affinity, discover, lapack_spectrum, ncut_spectrum, reference_spectrum
 from .report import compare_dir, write_text
-from .tokencut_outputs import comparison, plot_comparison, write_outputs
+from .tokencut_outputs import comparison, output_stem, plot_comparison, write_outputs
 from .tokencut_result import BackboneResult
 
 SOLVERS = ("auto", "torch", "lapack", "scipy")
@@ -186,15 +186,16 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
         best = ("no block has a defined CorLoc" if summary["best_block"] is None else
                 f"best CorLoc {summary['best_corloc']:.1f} at block {summary['best_block']}")
         print(f"{spec.name}: {best} over {summary['images']} images, {summary['seconds_per_image']['total']:.3f} "
-              f"s/image -> {spec.out_dir}/tokencut-{cfg.dataset}.json", flush=True)
+              f"s/image -> {spec.out_dir}/{output_stem(cfg)}.json", flush=True)
     table = comparison(summaries)
     print(f"\nTokenCut CorLoc (%) on {cfg.dataset} ({count} images, feature {cfg.feature}):\n{table}")
     if len(summaries) > 1:
         where = compare_dir(cfg.runs_root)
-        write_text(where / f"tokencut-{cfg.dataset}.md", f"# TokenCut CorLoc (%) on {cfg.dataset}, "
+        stem = output_stem(cfg)
+        write_text(where / f"{stem}.md", f"# TokenCut CorLoc (%) on {cfg.dataset}, "
                    f"{count} images, feature {cfg.feature}\n\n{table}")
-        plot_comparison(summaries, where / f"tokencut-{cfg.dataset}.png", cfg.dataset)
-        print(f"table: {where / f'tokencut-{cfg.dataset}.md'}")
+        plot_comparison(summaries, where / f"{stem}.png", cfg.dataset)
+        print(f"table: {where / f'{stem}.md'}")
     return summaries
 
 

@@ -1,7 +1,7 @@
 """What ``make tokencut`` writes, from computed ``BackboneResult``s.
 
 Per backbone, into its ``<run>/eval/``:
-    tokencut-<dataset>.json         CorLoc per block, undefined blocks, best defined block, ambiguous graphs,
+    tokencut-<dataset>[-<feature>].json         CorLoc per block, undefined blocks, best defined block, ambiguous graphs,
                                     settings, seconds per image
     tokencut-<dataset>-boxes.csv    one row per image and block: predicted and true boxes, IoU
     tokencut-<dataset>.png          images with true (green) and found (red) boxes, Ncut vector, object
@@ -35,6 +35,12 @@ UNDEFINED_NOTE = (f"undefined: more than {UNDEFINED_SHARE:.0f}% of the block's g
 def settings_of(cfg: DictConfig) -> dict[str, Any]:
     keys = ("dataset", "max_images", "layers", "feature", "norm", "tau", "eps", "solver", "solver_dtype")
     return {k: OmegaConf.to_container(cfg[k]) if isinstance(cfg[k], ListConfig) else cfg[k] for k in keys}
+
+
+def output_stem(cfg: DictConfig) -> str:
+    """``tokencut-<dataset>``, plus ``-<feature>`` for features other than TokenCut's keys, so that runs on
+    different features keep their own files and tables (as PCA's names do)."""
+    return f"tokencut-{cfg.dataset}" + ("" if cfg.feature == "k" else f"-{cfg.feature}")
 
 
 def write_boxes_csv(result: BackboneResult, path: Path) -> None:
@@ -98,7 +104,7 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
 
     out = result.spec.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"tokencut-{cfg.dataset}"
+    stem = output_stem(cfg)
     scores, ambiguous = result.corloc(), result.ambiguous()
     undefined = result.undefined_blocks()
     best = result.best_block()

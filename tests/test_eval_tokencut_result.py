@@ -2,7 +2,6 @@
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from eval.backbones import BackboneSpec
 from eval.tokencut_outputs import comparison, plot_comparison

@@ -105,3 +105,11 @@ def test_pca_writes_block_and_checkpoint_grids(setup):
     assert written["blocks"]["tiny"].name == "pca-k-masked-blocks.png" and written["checkpoints"] is None
     with pytest.raises(SystemExit, match="error: .*multiple of the patch"):
         pca.main(argv + [f"images={folder}", "image_size=30"])
+
+
+def test_another_feature_keeps_its_own_files(setup):
+    root, data, run = setup
+    tokencut.main(_argv(root, data, run, "feature=out", "norm=true", "layers=0", "max_images=2", f"ckpt={run}"))
+    summary = json.loads((run / "eval" / "tokencut-default-out.json").read_text())
+    assert summary["settings"]["feature"] == "out" and summary["boxes"] == "tokencut-default-out-boxes.csv"
+    assert (run / "eval" / "tokencut-default-out-boxes.csv").is_file()
