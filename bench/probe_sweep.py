@@ -87,8 +87,7 @@ def _bench(quick: bool, ckpt: str | None, device: str, root: str, runs_root: str
     caches = [build_cache(model, ds, layers, resolution=resolution, label_size=label_size, device=dev,
                           num_workers=num_workers, progress=False) for ds in (train_ds, val_ds)]
     t_extract = time.perf_counter() - t0
-    torch.manual_seed(seed)
-    heads = LinearHeads({"single": caches[0].channels(layers)}, k, lrs).to(dev)
+    heads = LinearHeads({"single": caches[0].channels(layers)}, k, lrs, seed=seed).to(dev)
     init = {j: {n: p.detach().clone() for n, p in heads.heads["single"][j].state_dict().items()} for j in range(len(lrs))}
     trained = train_heads(heads, cache_batches(caches[0], batch_size, seed, dev), steps, epochs=epochs, progress=False)
     t1 = time.perf_counter()

@@ -145,9 +145,8 @@ def probe_backbone(settings: ProbeSettings, spec: BackboneSpec, train_ds: Any, v
             caches.append(_cache(settings, model, spec, Mirrored(train_ds), "train-mirrored", union, resolution,
                                  label_size))
         del model
-        torch.manual_seed(int(cfg.seed))
         run.heads = LinearHeads({g: run.train_cache.channels(layers[g]) for g in settings.groups},
-                                train_ds.num_classes, settings.lrs, bn=bool(cfg.bn)).to(device)
+                                train_ds.num_classes, settings.lrs, bn=bool(cfg.bn), seed=int(cfg.seed)).to(device)
         epochs = int(cfg.epochs)
         n_train = int(run.train_cache.valid.sum())
         batches = cache_batches(run.train_cache, int(cfg.batch_size), int(cfg.seed), device, views=caches[2:])

@@ -4,7 +4,7 @@
 
 The skipless paper (Ji et al., "Cutting the Skip", Section 6.2.2, Figure 3) scores its DINO
 backbones with TokenCut (Wang et al., TPAMI 2023) on VOC12 and COCO20k, comparing the blocks and
-reporting the best. For each backbone (``eval.backbones``) and each image (``eval.tokencut_data``,
+reporting the best. For each backbone (``eval.backbones``) and each image (``skipless.data.DISCOVERY_DATASETS``,
 kept at its size and zero-padded as the reference does, ``eval.images``), one forward pass gives
 the chosen features of every block; the cut itself (``eval.ncut``) runs for all blocks in one
 batched eigensolve; CorLoc (``eval.corloc``) counts every image. A block whose graphs are mostly

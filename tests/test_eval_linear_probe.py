@@ -71,6 +71,18 @@ def test_heads_trained_side_by_side_equal_heads_trained_alone():
     assert not torch.allclose(together.heads["ms"][0].weight, a.weight)
 
 
+def test_a_heads_init_depends_on_seed_group_and_lr_only():
+    channels = {"single": np.arange(3), "ms": np.arange(6)}
+    narrow = LinearHeads({"single": channels["single"]}, 4, lrs=[1e-3, 1e-2], seed=0)
+    wide = LinearHeads(channels, 4, lrs=[1e-1, 1e-3, 3e-2, 1e-2], seed=0)
+    assert torch.equal(narrow.heads["single"][0].weight, wide.heads["single"][1].weight)
+    assert torch.equal(narrow.heads["single"][1].weight, wide.heads["single"][3].weight)
+    other = LinearHeads({"single": channels["single"]}, 4, lrs=[1e-3], seed=1)
+    assert not torch.equal(other.heads["single"][0].weight, narrow.heads["single"][0].weight)
+    assert not torch.equal(narrow.heads["single"][0].weight, narrow.heads["single"][1].weight)
+    assert abs(float(wide.heads["ms"][2].weight.detach().std()) - 0.01) < 0.004 and not wide.heads["ms"][2].bias.any()
+
+
 def test_augmented_views_give_each_image_once_per_epoch_from_one_view():
     cache, _ = _separable_cache(n=10, dim=3)
     view = FeatureCache(cache.feats + np.float16(100), cache.labels, cache.valid, cache.layers, cache.dim)

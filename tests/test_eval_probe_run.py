@@ -160,3 +160,19 @@ def test_bench_naive_probe_matches_the_cached_one(setup):
     assert r["n_train"] == 8 and r["naive"]["lr"] == r["cached"]["best_lr"]
     assert r["naive"]["miou"] == pytest.approx(r["cached"]["best_miou"], abs=0.5)
     assert r["naive"]["sweep_total_s_extrapolated"] == pytest.approx(4 * r["naive"]["one_lr_total_s"])
+
+
+def test_widening_the_sweep_upwards_leaves_the_first_heads_unchanged(setup):
+    """Heads are drawn in lr order and train independently: appending lrs keeps the earlier heads' scores,
+    so the best mIoU of a wider sweep can only stay or rise (the 3e-2 and 1e-1 added to the default)."""
+    tmp, _, args = setup
+    ckpt = f"ckpt={tmp / 'runs' / 'tiny'}"
+    main(args + [ckpt, "figure_images=0"])
+    narrow = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
+    main(args + [ckpt, "figure_images=0", "lrs=[1e-3,1e-2,3e-2,1e-1]"])
+    wide = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
+    assert [s["lr"] for s in wide["sweep"]] == [1e-3, 1e-2, 3e-2, 1e-1]
+    for a, b in zip(narrow["sweep"], wide["sweep"]):
+        assert b["miou"] == pytest.approx(a["miou"], abs=1e-3) and b["final_train_loss"] == pytest.approx(
+            a["final_train_loss"], rel=1e-5)
+    assert wide["miou"] >= narrow["miou"] - 1e-3
