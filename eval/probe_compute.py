@@ -63,13 +63,18 @@ class ProbeRun:
 
     def release(self) -> None:
         """Delete the disk caches built for this run (reused or kept ones stay), and their empty folder."""
-        for c in self.caches:
-            if not self.keep_cache and not c.reused:
-                c.delete()
-        try:
-            (Path(self.spec.out_dir) / "cache").rmdir()
-        except OSError:  # not empty (kept caches) or never made (memory caches)
-            pass
+        release_caches(self.caches, self.keep_cache, self.spec.out_dir)
+
+
+def release_caches(caches: Sequence[FeatureCache], keep: bool, out_dir: Path) -> None:
+    """Delete the caches built now (not reused ones) unless ``keep``; then ``<out_dir>/cache`` if empty."""
+    for c in caches:
+        if not keep and not c.reused:
+            c.delete()
+    try:
+        (Path(out_dir) / "cache").rmdir()
+    except OSError:  # not empty (kept caches) or never made (memory caches)
+        pass
 
 
 def ids_hash(ids: Sequence[str]) -> str:
@@ -135,9 +140,8 @@ def probe_backbone(settings: ProbeSettings, spec: BackboneSpec, train_ds: Any, v
     layers = layers_for(settings, len(model.blocks))
     resolution, label_size, note = sizes_for(settings, int(model.patch_embed.patch_size[0]))
     union = sorted({i for ls in layers.values() for i in ls})
+    keep = cfg.cache != "disk" or bool(cfg.keep_cache)
     caches: list[FeatureCache] = []
-    run = ProbeRun(spec, layers, resolution, label_size, note, None, None, {}, caches,  # type: ignore[arg-type]
-                   keep_cache=cfg.cache != "disk" or bool(cfg.keep_cache), started=started)
     try:
         caches.append(_cache(settings, model, spec, train_ds, "train", union, resolution, label_size))
         caches.append(_cache(settings, model, spec, val_ds, "val", union, resolution, label_size))
@@ -145,25 +149,26 @@ def probe_backbone(settings: ProbeSettings, spec: BackboneSpec, train_ds: Any, v
             caches.append(_cache(settings, model, spec, Mirrored(train_ds), "train-mirrored", union, resolution,
                                  label_size))
         del model
-        run.heads = LinearHeads({g: run.train_cache.channels(layers[g]) for g in settings.groups},
-                                train_ds.num_classes, settings.lrs, bn=bool(cfg.bn), seed=int(cfg.seed)).to(device)
+        train_cache, val_cache = caches[0], caches[1]
+        heads = LinearHeads({g: train_cache.channels(layers[g]) for g in settings.groups},
+                            train_ds.num_classes, settings.lrs, bn=bool(cfg.bn), seed=int(cfg.seed)).to(device)
         epochs = int(cfg.epochs)
-        n_train = int(run.train_cache.valid.sum())
-        batches = cache_batches(run.train_cache, int(cfg.batch_size), int(cfg.seed), device, views=caches[2:])
-        run.trained = train_heads(run.heads, batches, -(-n_train // int(cfg.batch_size)), epochs=epochs,
-                                  optimizer=str(cfg.optimizer), weight_decay=float(cfg.weight_decay),
-                                  on_epoch=_monitor(run.heads, run.val_cache, device, epochs, int(cfg.val_every), log),
-                                  progress=bool(cfg.progress), desc=f"{spec.name}: heads")
+        n_train = int(train_cache.valid.sum())
+        batches = cache_batches(train_cache, int(cfg.batch_size), int(cfg.seed), device, views=caches[2:])
+        trained = train_heads(heads, batches, -(-n_train // int(cfg.batch_size)), epochs=epochs,
+                              optimizer=str(cfg.optimizer), weight_decay=float(cfg.weight_decay),
+                              on_epoch=_monitor(heads, val_cache, device, epochs, int(cfg.val_every), log),
+                              progress=bool(cfg.progress), desc=f"{spec.name}: heads")
         t_eval = time.perf_counter()
-        run.conf = evaluate_full(run.heads, run.val_cache, val_ds, device, num_workers=num_workers(cfg.num_workers),
-                                 progress=bool(cfg.progress), desc=f"{spec.name}: val")
-        run.timings = {"extract_train_s": sum(c.extract_s for c in caches if c is not run.val_cache),
-                       "extract_val_s": run.val_cache.extract_s, "cache_reused": all(c.reused for c in caches),
-                       "train_s": run.trained.train_s, "eval_s": time.perf_counter() - t_eval}
+        conf = evaluate_full(heads, val_cache, val_ds, device, num_workers=num_workers(cfg.num_workers),
+                             progress=bool(cfg.progress), desc=f"{spec.name}: val")
     except BaseException:
-        run.release()
+        release_caches(caches, keep, spec.out_dir)
         raise
-    return run
+    timings = {"extract_train_s": sum(c.extract_s for c in caches if c is not val_cache),
+               "extract_val_s": val_cache.extract_s, "cache_reused": all(c.reused for c in caches),
+               "train_s": trained.train_s, "eval_s": time.perf_counter() - t_eval}
+    return ProbeRun(spec, layers, resolution, label_size, note, heads, trained, conf, caches, timings, keep, started)
 
 
 def best_index(run: ProbeRun, group: str) -> int:
