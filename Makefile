@@ -50,7 +50,8 @@ help: ## list targets and variables
 	@echo "Other variables:"
 	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
-	@echo "  MULTISCALE=0|1|both (probe)   LAYER=all|<block index> (tokencut)   IMAGES=<folder> (pca)"
+	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca)"
+	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
 
@@ -68,20 +69,21 @@ data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs
 pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
-probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= CKPT= ARGS=
+probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=
 	$(call need,eval.probe)
-	$(PY) -m eval.probe dataset=$(DATASET) multiscale=$(MULTISCALE) $(call opt,ckpt,"$(CKPT)") $(ARGS)
+	$(PY) -m eval.probe dataset=$(DATASET) multiscale=$(MULTISCALE) $(call opt,layers,$(LAYER)) \
+	  $(call opt,ckpt,"$(CKPT)") $(ARGS)
 
 tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= ARGS=
 	$(call need,eval.tokencut)
 	$(PY) -m eval.tokencut dataset=$(DATASET) $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(ARGS)
 
-pca: $(STAMP) ## PCA images of patch features per block: CKPT= IMAGES= ARGS=
+pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
 	$(call need,eval.pca)
-	$(PY) -m eval.pca $(call opt,ckpt,"$(CKPT)") $(call opt,images,$(IMAGES)) $(ARGS)
+	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(call opt,images,$(IMAGES)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json
-	$(PY) -m skipless.bench $(ARGS)
+	$(PY) -m bench $(ARGS)
 
 tensorboard: $(STAMP) ## browse training and evaluation runs
 	$(PY) -m tensorboard.main --logdir runs --bind_all

@@ -5,7 +5,7 @@ same at every epoch and for every learning rate. ``build_cache`` runs the backbo
 split and stores, per image, the patch tokens of the chosen blocks (concatenated along channels,
 float16) and the label map resized to the probe's label resolution; the heads then train for 30
 epochs x every learning rate on the stored arrays. The cost of a whole sweep is one backbone pass
-(``eval/probe_bench.py`` measures it against running the backbone every epoch and lr).
+(``bench/probe_sweep.py`` measures it against running the backbone every epoch and lr).
 
 The cache lives in memory or in ``.npy`` files memory-mapped under the run folder
 (``<run>/eval/cache/...``); a folder is complete once its ``meta.json`` is written (last), and is
@@ -25,7 +25,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -38,22 +38,10 @@ from skipless.atomic import atomic_write
 from skipless.data.conventions import IMAGENET_MEAN as MEAN
 from skipless.data.conventions import IMAGENET_STD as STD
 from skipless.data.errors import CorruptImageWarning
-from skipless.models import extract_features, patch_grid
-
-from .seg_datasets import check_pair
+from skipless.data.segmentation import check_pair
+from skipless.models import patch_features, patch_grid, resolve_layers
 
 FORMAT = "skipless-probe-cache/1"
-
-
-def resolve_layers(layers: Iterable[int], depth: int) -> list[int]:
-    """Block indices (negative counts from the end) -> sorted, unique, non-negative indices."""
-    out = set()
-    for i in layers:
-        j = int(i) + depth if int(i) < 0 else int(i)
-        if not 0 <= j < depth:
-            raise ValueError(f"block index {i} out of range for a backbone of depth {depth}")
-        out.add(j)
-    return sorted(out)
 
 
 def image_tensor(image: Image.Image, resolution: int) -> torch.Tensor:
@@ -95,13 +83,10 @@ class ProbeSamples(Dataset):
         return image_tensor(image, self.resolution), label_tensor(mask, self.label_size), True
 
 
-def patch_features(model: nn.Module, x: torch.Tensor, layers: Sequence[int], feature_norm: bool) -> torch.Tensor:
-    """Patch tokens of ``layers`` (sorted, non-negative), concatenated along channels: (B, h, w, C)."""
-    h, w = patch_grid(model, x.shape[-2], x.shape[-1])
-    out = extract_features(model, x, layers, ("out",), norm=feature_norm)
-    prefix = getattr(model, "num_prefix_tokens", 1)
-    tokens = [out[("out", i)][:, prefix:] for i in layers]
-    return torch.cat(tokens, dim=-1).reshape(x.shape[0], h, w, -1)
+def stacked_patches(model: nn.Module, x: torch.Tensor, layers: Sequence[int], norm: bool) -> torch.Tensor:
+    """Patch features of ``layers`` (block outputs) concatenated along channels in ascending block order:
+    (B, h, w, blocks x C), the layout of the cache."""
+    return torch.cat(list(patch_features(model, x, layers, "out", norm=norm).values()), dim=-1)
 
 
 @dataclass
@@ -175,18 +160,18 @@ def open_cache(folder: str | os.PathLike, key: dict) -> FeatureCache | None:
 
 @torch.inference_mode()
 def build_cache(model: nn.Module, dataset: Any, layers: Sequence[int], *, resolution: int, label_size: int,
-                feature_norm: bool = True, device: torch.device | str = "cpu", batch_size: int = 32,
+                norm: bool = True, device: torch.device | str = "cpu", batch_size: int = 32,
                 num_workers: int = 0, folder: str | os.PathLike | None = None, key: dict | None = None,
                 amp: bool = True, progress: bool = True, desc: str = "features") -> FeatureCache:
     """Run the frozen backbone once over ``dataset`` and store its patch features and labels.
 
     Args:
         model: the frozen backbone (``eval/backbones.load_spec``), already on ``device``.
-        dataset: a reader of ``eval/seg_datasets.py``.
+        dataset: a segmentation reader (``skipless.data.SEGMENTATION_DATASETS``).
         layers: block indices to store (negative counts from the end).
         resolution: images are resized to ``resolution x resolution`` (a multiple of the patch size).
         label_size: labels are resized (nearest) to ``label_size x label_size``.
-        feature_norm: apply the backbone's final LayerNorm to every block's tokens.
+        norm: apply the backbone's final LayerNorm to every block's tokens.
         folder: memory-map the arrays into this folder (reused if complete with the same ``key``);
             None keeps them in memory.
         key: what identifies the cache's content (stored in ``meta.json``).
@@ -195,7 +180,7 @@ def build_cache(model: nn.Module, dataset: Any, layers: Sequence[int], *, resolu
     depth = len(model.blocks)
     layers = resolve_layers(layers, depth)
     key = dict(key or {}, layers=layers, resolution=int(resolution), label_size=int(label_size),
-               feature_norm=bool(feature_norm), n=len(dataset))
+               norm=bool(norm), n=len(dataset))
     if folder is not None:
         found = open_cache(folder, key)
         if found is not None:
@@ -223,7 +208,7 @@ def build_cache(model: nn.Module, dataset: Any, layers: Sequence[int], *, resolu
         with tqdm(total=len(dataset), desc=desc, unit="img", disable=not progress, leave=False) as bar:
             for x, y, ok in loader:
                 with autocast:
-                    f = patch_features(model, x.to(device, non_blocking=True), layers, feature_norm)
+                    f = stacked_patches(model, x.to(device, non_blocking=True), layers, norm)
                 end = start + x.shape[0]
                 feats[start:end] = f.float().cpu().numpy().astype(np.float16)
                 labels[start:end] = y.numpy()

@@ -16,11 +16,15 @@ together gives each the same updates as training it alone.
 
 Optimiser: AdamW (weight decay 0 by default) with a per-step cosine decay to 0, head weights from
 N(0, 0.01^2) and zero bias (DINO's ``eval_linear``). The paper does not state its optimiser or lrs.
+Each head draws its initial weights from its own generator, seeded by ``(seed, group, lr)``: a head
+starts from the same weights whatever other lrs or groups share the sweep, so widening a sweep adds
+heads without changing the others (its best mIoU can only stay or rise).
 """
 from __future__ import annotations
 
 import math
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -31,9 +35,18 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
+from skipless.config import ConfigError
+
 from .miou import IGNORE_INDEX, ConfusionMatrix
 
 Key = tuple[str, int]  # (group name, index of the learning rate)
+OPTIMIZERS = ("adamw", "sgd")
+
+
+def head_generator(seed: int, group: str, lr: float) -> torch.Generator:
+    """A CPU generator seeded by ``(seed, group, lr)`` alone (see the module docstring)."""
+    words = np.random.SeedSequence([int(seed), zlib.crc32(group.encode()), zlib.crc32(repr(float(lr)).encode())])
+    return torch.Generator().manual_seed(int(words.generate_state(1, np.uint64)[0] >> np.uint64(1)))
 
 
 class LinearHeads(nn.Module):
@@ -44,10 +57,11 @@ class LinearHeads(nn.Module):
         num_classes: output classes.
         lrs: learning rates; group ``g`` gets one head per lr, keyed ``(g, j)``.
         bn: a BatchNorm (no affine) on the group's features before its heads.
+        seed: seeds each head's initial weights (``head_generator``).
     """
 
     def __init__(self, groups: Mapping[str, Sequence[int] | np.ndarray], num_classes: int,
-                 lrs: Sequence[float], bn: bool = True) -> None:
+                 lrs: Sequence[float], bn: bool = True, seed: int = 0) -> None:
         super().__init__()
         self.lrs = [float(lr) for lr in lrs]
         self.num_classes = int(num_classes)
@@ -60,8 +74,8 @@ class LinearHeads(nn.Module):
             dim = int(channels.numel())
             self.norms[name] = nn.BatchNorm2d(dim, affine=False) if bn else nn.Identity()
             heads = nn.ModuleList(nn.Conv2d(dim, self.num_classes, kernel_size=1) for _ in self.lrs)
-            for head in heads:
-                nn.init.normal_(head.weight, std=0.01)
+            for head, lr in zip(heads, self.lrs):
+                nn.init.normal_(head.weight, std=0.01, generator=head_generator(seed, name, lr))
                 nn.init.zeros_(head.bias)
             self.heads[name] = heads
 
@@ -148,7 +162,7 @@ def make_optimizer(heads: LinearHeads, name: str = "adamw", weight_decay: float 
         return torch.optim.AdamW(groups, weight_decay=weight_decay)
     if name == "sgd":
         return torch.optim.SGD(groups, momentum=0.9, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}; expected one of: adamw, sgd")
+    raise ConfigError(f"unknown optimizer {name!r}; expected one of: {', '.join(OPTIMIZERS)}")
 
 
 def epoch_order(n_valid: np.ndarray, epoch: int, seed: int) -> np.ndarray:

@@ -7,14 +7,26 @@ intersection over summed union, not a mean of per-image IoUs), and mIoU is the m
 over the classes present in the ground truth. Pixels labelled 255 are ignored. A class that is
 predicted but absent from the ground truth has no IoU (``nan``) and is left out of the mean; its
 false positives still lower the IoU of the classes whose pixels it took.
+
+Where the suite's metric library serves and where it does not:
+
+- the confusion matrix is torchmetrics' ``MulticlassConfusionMatrix``: its state is summed across
+  DDP ranks by ``compute()``/``sync``, which a multi-GPU evaluation needs, and it drops the ignore
+  label itself;
+- the reduction to IoU and mIoU stays hand-written (``iou_per_class``, ``mean_iou``): torchmetrics'
+  ``MulticlassJaccardIndex(average="macro")`` averages over every class with a non-empty union, so
+  a class predicted but absent from the ground truth enters the mean with IoU 0 (on
+  ``gt = [0, 0, 1, 1], pred = [0, 2, 1, 1]`` it gives 0.5 where the benchmarks' rule gives 0.75).
+  The few lines below keep the benchmarks' rule; ``tests/test_eval_miou.py`` checks both pieces
+  against an independent per-class set computation.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
+from torchmetrics.classification import MulticlassConfusionMatrix
 
 from skipless.data.conventions import IGNORE_INDEX
-
 
 
 class ConfusionMatrix:
@@ -23,11 +35,19 @@ class ConfusionMatrix:
     Args:
         num_classes: K; ground-truth values must be in ``[0, K)`` or ``ignore_index``.
         ignore_index: the ground-truth value that is not scored.
+
+    ``metric`` is the torchmetrics state (moved to the device of the first update); ``matrix`` its
+    ``K x K`` counts, rows ground truth.
     """
 
     def __init__(self, num_classes: int, ignore_index: int = IGNORE_INDEX) -> None:
         self.num_classes, self.ignore_index = int(num_classes), ignore_index
-        self.matrix = torch.zeros(self.num_classes, self.num_classes, dtype=torch.int64)
+        # the value checks are done once below, with messages that name the culprit
+        self.metric = MulticlassConfusionMatrix(self.num_classes, ignore_index=ignore_index, validate_args=False)
+
+    @property
+    def matrix(self) -> torch.Tensor:
+        return self.metric.confmat
 
     def update(self, target: torch.Tensor | np.ndarray, pred: torch.Tensor | np.ndarray) -> None:
         """Add one batch of label maps (any equal shapes; integer values)."""
@@ -42,11 +62,13 @@ class ConfusionMatrix:
             raise ValueError(f"ground truth holds values outside [0, {k}) other than {self.ignore_index}")
         if pred.numel() and (int(pred.min()) < 0 or int(pred.max()) >= k):
             raise ValueError(f"prediction holds values outside [0, {k})")
-        counts = torch.bincount(target * k + pred, minlength=k * k)
-        self.matrix += counts.reshape(k, k).to(self.matrix.device, torch.int64)
+        if self.metric.device != target.device:
+            self.metric = self.metric.to(target.device)
+        self.metric.update(pred, target)
 
     def merge(self, other: "ConfusionMatrix") -> None:
-        self.matrix += other.matrix
+        """Add the counts of another matrix of the same classes (e.g. another shard of the split)."""
+        self.metric.confmat += other.matrix.to(self.matrix.device)
 
     def iou(self) -> np.ndarray:
         """Per-class IoU, float64 (K,); ``nan`` for classes absent from the ground truth."""

@@ -34,7 +34,7 @@ the normalisation scipy uses. Two solvers of that symmetric problem:
 
 The sign of an eigenvector is arbitrary, and so is any positive scale: the mean split and the
 seed rule are invariant to both (a flipped vector gives the complementary split, which the seed
-rule flips back), so no sign convention is needed. ``eval/tokencut_bench.py`` times them all.
+rule flips back), so no sign convention is needed. ``bench/tokencut_solvers.py`` times them all.
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def ncut_spectrum(adjacency: torch.Tensor, dtype: torch.dtype = torch.float64) -
     Args:
         adjacency: (..., N, N) symmetric, positive entries (``affinity``), N >= 3.
         dtype: solver precision. float64 agrees with the reference's float64 solve; float32 is
-            faster on GPUs (see ``eval/tokencut_bench.py``).
+            faster on GPUs (see ``bench/tokencut_solvers.py``).
 
     Returns:
         ``(x (..., N), gap (...))`` in ``dtype``: the second-smallest generalized eigenvectors,

@@ -1,38 +1,101 @@
-"""Rules of SPEC section 1 that a test can enforce."""
+"""Rules of SPEC section 1 and of STYLE that a test can enforce: who may import whom."""
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import eval as evaluators
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ("skipless.ssl", "skipless.optim", "skipless.training", "skipless.pretrain", "lightning")
 
 
 def _imports(path: Path) -> set[str]:
+    """Absolute module names a file imports; relative imports resolved against its package."""
+    package = path.relative_to(ROOT).parent.as_posix().replace("/", ".")
+    if package.startswith("src."):
+        package = package[4:]
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            module = node.module if node.level == 0 else ".".join(p for p in (base, node.module) if p)
+            names.add(module)
+            names.update(f"{module}.{a.name}" for a in node.names)  # `from . import x` imports module x
     return names
 
 
+def _run(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter that sees this checkout's ``src/`` and root first (as pytest does)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env)
+
+
+def _within(name: str, prefixes) -> bool:
+    """``name`` is one of the packages ``prefixes`` or inside one (``lightning_utilities`` is not ``lightning``)."""
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _eval_modules() -> list[str]:
+    return sorted(p.stem for p in (ROOT / "eval").glob("*.py") if p.stem != "__init__")
+
+
 def test_evaluators_never_import_training_code():
-    offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.startswith(TRAINING))
+    offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if _within(n, TRAINING))
                  for p in (ROOT / "eval").rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}
 
 
-def test_importing_the_evaluators_loads_no_training_module():
-    packages = sorted({p.parent.relative_to(ROOT).as_posix().replace("/", ".")
-                       for p in (ROOT / "eval").rglob("*.py")})
+def test_importing_every_evaluator_module_loads_no_training_module():
+    modules = ["eval"] + [f"eval.{m}" for m in _eval_modules()]
     code = ("import importlib, sys\n"
-            f"for name in {packages!r}: importlib.import_module(name)\n"
-            f"bad = [m for m in sys.modules if m.startswith({TRAINING!r})]\n"
+            f"for name in {modules!r}: importlib.import_module(name)\n"
+            f"bad = [m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {TRAINING!r})]\n"
             "print(bad); sys.exit(1 if bad else 0)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    result = _run(code)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_eval_module_is_an_evaluators_or_shared():
+    owners = {m: name for name, modules in evaluators.EVALUATORS.items() for m in modules}
+    listed = sorted([*owners, *evaluators.SHARED])
+    assert len(listed) == len(set(listed)), "a module is listed twice in eval/__init__.py"
+    assert listed == _eval_modules(), "list each eval/ module once in eval.EVALUATORS or eval.SHARED"
+
+
+def test_no_evaluator_imports_another_and_shared_modules_import_no_evaluator():
+    owners = {m: name for name, modules in evaluators.EVALUATORS.items() for m in modules}
+    offenders = {}
+    for module in _eval_modules():
+        allowed = set(evaluators.SHARED) | set(evaluators.EVALUATORS.get(owners.get(module), ()))
+        used = {n.split(".")[1] for n in _imports(ROOT / "eval" / f"{module}.py")
+                if n.startswith("eval.") and n.split(".")[1] in (set(owners) | set(evaluators.SHARED))}
+        if used - allowed:
+            offenders[module] = sorted(used - allowed)
+    assert not offenders
+
+
+def test_nothing_under_src_imports_eval_or_bench():
+    offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if _within(n, ("eval", "bench")))
+                 for p in (ROOT / "src").rglob("*.py")}
+    assert not {k: v for k, v in offenders.items() if v}
+    # and at run time: importing every skipless module leaves eval/ and bench/ unimported
+    code = ("import importlib, pkgutil, sys, skipless\n"
+            "for m in pkgutil.walk_packages(skipless.__path__, 'skipless.'): importlib.import_module(m.name)\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('eval', 'bench')]\n"
+            "print(bad); sys.exit(1 if bad else 0)")
+    result = _run(code)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_import_scan_sees_relative_and_absolute_imports(tmp_path):
+    """The rules above are only as good as ``_imports``: it must see ``from .x import``, ``from eval.x import``."""
+    names = _imports(ROOT / "eval" / "tokencut.py")
+    assert {"eval.ncut", "eval.backbones", "skipless.models"} <= names
+    assert "eval.tokencut_outputs" in names and "eval.probe" not in names
 
 
 def test_no_utils_dumping_ground():

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from eval.feature_cache import FeatureCache, build_cache, patch_features
+from eval.feature_cache import FeatureCache, build_cache, stacked_patches
 from eval.linear_probe import (LinearHeads, cache_batches, evaluate_cached, evaluate_full, train_heads,
                                upsampled_losses)
 from skipless.models import create_vit, extract_features
@@ -71,6 +71,18 @@ def test_heads_trained_side_by_side_equal_heads_trained_alone():
     assert not torch.allclose(together.heads["ms"][0].weight, a.weight)
 
 
+def test_a_heads_init_depends_on_seed_group_and_lr_only():
+    channels = {"single": np.arange(3), "ms": np.arange(6)}
+    narrow = LinearHeads({"single": channels["single"]}, 4, lrs=[1e-3, 1e-2], seed=0)
+    wide = LinearHeads(channels, 4, lrs=[1e-1, 1e-3, 3e-2, 1e-2], seed=0)
+    assert torch.equal(narrow.heads["single"][0].weight, wide.heads["single"][1].weight)
+    assert torch.equal(narrow.heads["single"][1].weight, wide.heads["single"][3].weight)
+    other = LinearHeads({"single": channels["single"]}, 4, lrs=[1e-3], seed=1)
+    assert not torch.equal(other.heads["single"][0].weight, narrow.heads["single"][0].weight)
+    assert not torch.equal(narrow.heads["single"][0].weight, narrow.heads["single"][1].weight)
+    assert abs(float(wide.heads["ms"][2].weight.detach().std()) - 0.01) < 0.004 and not wide.heads["ms"][2].bias.any()
+
+
 def test_augmented_views_give_each_image_once_per_epoch_from_one_view():
     cache, _ = _separable_cache(n=10, dim=3)
     view = FeatureCache(cache.feats + np.float16(100), cache.labels, cache.valid, cache.layers, cache.dim)
@@ -104,7 +116,7 @@ def test_grouped_loss_equals_one_head_at_a_time():
 
 def test_cache_holds_the_backbones_patch_tokens(tmp_path):
     root = write_voc(tmp_path / "data", n_train=5, n_val=1, classes=["background", "a", "b"])
-    from eval.seg_datasets import VOCSegDataset
+    from skipless.data.segmentation import VOCSegDataset
     ds = VOCSegDataset(root, "train", name="default")
     torch.manual_seed(0)
     model = create_vit("vit_tiny", depth=3, img_size=32).eval()
@@ -121,7 +133,7 @@ def test_cache_holds_the_backbones_patch_tokens(tmp_path):
         out = extract_features(model, x, [2], norm=True)[("out", 2)][:, 1:]  # patch tokens, CLS dropped
     got = torch.from_numpy(np.asarray(disk.feats)[..., disk.channels([2])].astype(np.float32)).reshape(5, 4, -1)
     assert torch.allclose(got, out, atol=2e-2, rtol=1e-2)
-    assert torch.allclose(patch_features(model, x, [2], True).reshape(5, 4, -1), out)
+    assert torch.allclose(stacked_patches(model, x, [2], True).reshape(5, 4, -1), out)
     # the same key reuses the folder; another key rebuilds it
     again = build_cache(model, ds, [0, 2], resolution=32, label_size=8, folder=tmp_path / "c", key={"k": 1},
                         progress=False)
@@ -136,7 +148,7 @@ def test_cache_holds_the_backbones_patch_tokens(tmp_path):
 def test_unreadable_images_are_skipped_and_counted(tmp_path):
     root = write_voc(tmp_path / "data", n_train=4, n_val=1, classes=["background", "a", "b"])
     (root / "VOCdevkit/VOC2012/JPEGImages/000002.jpg").write_bytes(b"not a jpeg")
-    from eval.seg_datasets import VOCSegDataset
+    from skipless.data.segmentation import VOCSegDataset
     ds = VOCSegDataset(root, "train", name="default")
     model = create_vit("vit_tiny", depth=1, img_size=32).eval()
     with pytest.warns(Warning):

@@ -7,8 +7,10 @@ import torch
 from PIL import Image
 
 from eval.miou import ConfusionMatrix
-from eval.probe import main, spread_layers, sweep_edge
-from eval.seg_datasets import VOCSegDataset
+from eval.probe import main
+from eval.probe_outputs import sweep_edge
+from eval.probe_settings import round_to_patch, spread_layers
+from skipless.data.segmentation import VOCSegDataset
 from skipless.models import create_vit, save_backbone
 
 from seg_fixtures import write_voc
@@ -22,7 +24,7 @@ def setup(tmp_path):
     torch.manual_seed(0)
     save_backbone(tmp_path / "runs" / "tiny" / "backbone.pt",
                   create_vit("vit_tiny", residual="skipless", init="timm", depth=2, img_size=32))  # cutskip: 4 s
-    args = [f"datasets.default.root={data}", "datasets.default.resolution=32", "datasets.default.label_size=null",
+    args = [f"roots.default={data}", "datasets.default.resolution=32", "datasets.default.label_size=null",
             "datasets.default.train_subset=null",
             f"runs_root={tmp_path / 'runs'}", "epochs=2", "lrs=[1e-3,1e-2]", "batch_size=4", "num_workers=0",
             "progress=false", "figure_images=2", "val_every=1", "extract_batch_size=4"]
@@ -59,10 +61,37 @@ def test_probe_writes_results_figure_table_and_predictions_that_rescore(setup):
             per_class = {c: (None if np.isnan(v) else round(100 * v, 4)) for c, v in zip(CLASSES, conf.iou())}
             assert per_class == result["per_class_iou"]
         assert not (out / "cache").exists(), "keep_cache=false removes the caches it built, and their folder"
-    table = (runs / "compare" / "probe-default.md").read_text()
+    table = (runs / "compare" / "probe-default-both.md").read_text()
     assert "| tiny | skipless | timm |" in table and "| random |" in table
     assert "single mIoU" in table and "multiscale mIoU" in table
     assert checkpoint_in(runs / "tiny" / "eval" / "probe-default.json", runs / "tiny" / "backbone.pt")
+
+
+def test_single_and_multiscale_tables_do_not_overwrite_each_other(setup):
+    tmp, _, args = setup
+    runs = tmp / "runs"
+    two = [f"ckpt={runs / 'tiny'} random", "figure_images=0"]
+    main(args + two)
+    main(args + two + ["multiscale=1"])
+    single, ms = (runs / "compare" / "probe-default.md").read_text(), (runs / "compare" / "probe-default-ms.md").read_text()
+    assert "single mIoU" in single and "multiscale" not in single
+    assert "multiscale mIoU" in ms and "single" not in ms
+
+
+def test_dataset_size_is_rounded_to_the_patch_unless_set(setup):
+    """A /14 backbone on the default data: 32 px rounds to 28 (said in the JSON); resolution=32 is refused."""
+    tmp, _, args = setup
+    torch.manual_seed(0)
+    save_backbone(tmp / "runs" / "p14" / "backbone.pt",
+                  create_vit("vit_tiny", residual="skip", depth=1, img_size=28, patch_size=14))
+    main(args + [f"ckpt={tmp / 'runs' / 'p14'}", "figure_images=0", "epochs=1"])
+    result = json.loads((tmp / "runs/p14/eval/probe-default.json").read_text())
+    assert result["resolution"] == 28 and result["feature_grid"] == [2, 2] and result["label_size"] == 7
+    assert "32 px rounded to 28 px" in result["resolution_note"]
+    with pytest.raises(SystemExit, match="resolution 32 is not a multiple of the patch size 14; use 28"):
+        main(args + [f"ckpt={tmp / 'runs' / 'p14'}", "resolution=32"])
+    assert [round_to_patch(160, 14), round_to_patch(160, 16), round_to_patch(448, 14), round_to_patch(5, 14)] == \
+        [154, 160, 448, 14]
 
 
 def checkpoint_in(json_path, backbone):
@@ -93,12 +122,15 @@ def test_flip_augmentation_caches_a_mirrored_view(setup):
 
 @pytest.mark.parametrize("extra, message", [
     (["dataset=pascal"], "expected one of: default, voc, ade20k, cocostuff"),
-    (["dataset=voc", "datasets.voc.root=/nowhere"], "VOCdevkit/VOC2012"),
+    (["dataset=voc", "roots.voc=/nowhere"], "VOCdevkit/VOC2012"),
     (["multiscale=2"], "multiscale must be 0, 1 or both"),
-    (["datasets.default.resolution=30"], "multiple of the patch size 16"),
+    (["resolution=30"], "not a multiple of the patch size 16"),
     (["lyaer=3"], "unknown config key 'lyaer'"),
     (["augmentation=crop"], "augmentation must be none or flip"),
-    (["layer=5"], "out of range"),
+    (["layers=5"], "out of range"),
+    (["lrs=[]"], "lrs must be a non-empty list"),
+    (["optimizer=lion"], "optimizer must be adamw or sgd"),
+    (["device=cuda:7"] if not torch.cuda.is_available() else ["device=tpu"], "device"),
 ])
 def test_bad_input_is_one_clear_error(setup, extra, message):
     tmp, _, args = setup
@@ -122,9 +154,25 @@ def test_sweep_edge_flags_a_best_lr_at_either_end_only():
 
 def test_bench_naive_probe_matches_the_cached_one(setup):
     """The benchmark's two ways (cache vs backbone every step) train the same head to the same mIoU."""
-    from eval.probe_bench import bench_probe
+    from bench.probe_sweep import bench_probe
     tmp, data, _ = setup
     r = bench_probe(quick=True, ckpt=str(tmp / "runs" / "tiny"), root=str(data), num_workers=0)
     assert r["n_train"] == 8 and r["naive"]["lr"] == r["cached"]["best_lr"]
     assert r["naive"]["miou"] == pytest.approx(r["cached"]["best_miou"], abs=0.5)
     assert r["naive"]["sweep_total_s_extrapolated"] == pytest.approx(4 * r["naive"]["one_lr_total_s"])
+
+
+def test_widening_the_sweep_upwards_leaves_the_first_heads_unchanged(setup):
+    """Heads are drawn in lr order and train independently: appending lrs keeps the earlier heads' scores,
+    so the best mIoU of a wider sweep can only stay or rise (the 3e-2 and 1e-1 added to the default)."""
+    tmp, _, args = setup
+    ckpt = f"ckpt={tmp / 'runs' / 'tiny'}"
+    main(args + [ckpt, "figure_images=0"])
+    narrow = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
+    main(args + [ckpt, "figure_images=0", "lrs=[1e-3,1e-2,3e-2,1e-1]"])
+    wide = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
+    assert [s["lr"] for s in wide["sweep"]] == [1e-3, 1e-2, 3e-2, 1e-1]
+    for a, b in zip(narrow["sweep"], wide["sweep"]):
+        assert b["miou"] == pytest.approx(a["miou"], abs=1e-3) and b["final_train_loss"] == pytest.approx(
+            a["final_train_loss"], rel=1e-5)
+    assert wide["miou"] >= narrow["miou"] - 1e-3

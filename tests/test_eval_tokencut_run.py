@@ -34,10 +34,14 @@ def test_tokencut_writes_scores_boxes_figure_events_and_table(setup, capsys):
     out = capsys.readouterr().out
     summary = json.loads((run / "eval" / "tokencut-default.json").read_text())
     assert summary["images"] == 5 and summary["split"] == "val" and sorted(summary["corloc"]) == ["0", "1"]
-    assert summary["best_corloc"] == max(summary["corloc"].values())
+    defined = {b: v for b, v in summary["corloc"].items() if int(b) not in summary["undefined_blocks"]}
+    assert summary["best_corloc"] == max(defined.values())
     assert summary["corloc"][str(summary["best_block"])] == summary["best_corloc"]
     assert summary["seconds_per_image"]["total"] > 0 and summary["solver_used"] == "lapack"
     assert set(summary["ambiguous_percent"]) == {"0", "1"}
+    # this tiny random-ish backbone's block 1 gives complete graphs on every image: no CorLoc, not the best
+    assert summary["ambiguous_percent"]["1"] == 100 and summary["undefined_blocks"] == [1]
+    assert summary["best_block"] == 0 and "| block 1 | undefined (100%) | undefined (100%) |" in out
     assert (run / "eval" / "tokencut-default.png").stat().st_size > 0
     assert list((run / "eval" / "tb").glob("events.out.tfevents.*"))
     # the CSV scores again to the same CorLoc, from its own boxes and ground truth
@@ -69,16 +73,11 @@ def test_tokencut_one_block_and_every_solver_gives_the_same_boxes(setup):
     assert boxes["torch"] == boxes["scipy"] == boxes["lapack"]
 
 
-def test_layers_are_all_an_index_or_a_list():
-    assert tokencut.resolve_layers("all", 3) == [0, 1, 2]
-    assert tokencut.resolve_layers(-1, 12) == [11] and tokencut.resolve_layers([5, -1, 5], 12) == [5, 11]
-    with pytest.raises(ValueError, match="'all', a block index"):
-        tokencut.resolve_layers("last", 12)
-
-
 @pytest.mark.parametrize("arg, message", [
     ("dataset=voc2007", "unknown TokenCut dataset"),
-    ("layers=5", "block 5 does not exist"),
+    ("layers=5", "block 5 is out of range"),
+    ("feature=attn", "unknown feature"),
+    ("device=cuda:7" if not torch.cuda.is_available() else "device=tpu", "device"),
     ("solver=magma", "unknown solver"),
     ("roots.default=/nowhere", "make data"),
     ("dataset_name=x", "unknown config key"),
@@ -101,8 +100,16 @@ def test_pca_writes_block_and_checkpoint_grids(setup):
     assert written["blocks"]["tiny"] == run / "eval" / "pca-blocks.png" and written["blocks"]["tiny"].is_file()
     assert written["checkpoints"].name == "pca-checkpoints-block1.png" and written["checkpoints"].is_file()
     assert list((run / "eval" / "tb").glob("events.out.tfevents.*"))
-    written = pca.run(pca.load_config("pca", argv + [f"default_root={data}", "feature=k", "foreground_threshold=0.5",
+    written = pca.run(pca.load_config("pca", argv + [f"roots.default={data}", "feature=k", "foreground_threshold=0.5",
                                                      f"ckpt={run}"]))
     assert written["blocks"]["tiny"].name == "pca-k-masked-blocks.png" and written["checkpoints"] is None
     with pytest.raises(SystemExit, match="error: .*multiple of the patch"):
         pca.main(argv + [f"images={folder}", "image_size=30"])
+
+
+def test_another_feature_keeps_its_own_files(setup):
+    root, data, run = setup
+    tokencut.main(_argv(root, data, run, "feature=out", "norm=true", "layers=0", "max_images=2", f"ckpt={run}"))
+    summary = json.loads((run / "eval" / "tokencut-default-out.json").read_text())
+    assert summary["settings"]["feature"] == "out" and summary["boxes"] == "tokencut-default-out-boxes.csv"
+    assert (run / "eval" / "tokencut-default-out-boxes.csv").is_file()

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from skipless.models import create_vit, extract_features, patch_grid
+from skipless.models import FeatureRequestError, create_vit, extract_features, patch_features, patch_grid, resolve_layers
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +71,32 @@ def test_norm_applies_the_backbones_final_layer_norm_for_either_pool(pool):
     normed = extract_features(model, x, [1], norm=True)[("out", 1)]
     torch.testing.assert_close(normed, torch.nn.functional.layer_norm(raw, (raw.shape[-1],), final.weight,
                                                                       final.bias, final.eps))
+
+
+def test_layers_are_all_an_index_or_a_list():
+    assert resolve_layers("all", 3) == [0, 1, 2]
+    assert resolve_layers(-1, 12) == [11] and resolve_layers([5, -1, 5], 12) == [5, 11]
+    with pytest.raises(FeatureRequestError, match="'all', a block index"):
+        resolve_layers("last", 12)
+    with pytest.raises(FeatureRequestError, match="block 12 is out of range"):
+        resolve_layers([0, 12], 12)
+
+
+def test_patch_features_are_grids_without_prefix_tokens(model):
+    """Against timm's forward_intermediates (NCHW, prefix dropped) and with registers: prefix slicing is exact."""
+    x = torch.randn(2, 3, 48, 64)
+    feats = patch_features(model, x, layers=[-1, 1])
+    assert list(feats) == [1, 3] and feats[3].shape == (2, 3, 4, model.embed_dim)
+    with torch.no_grad():
+        ref = model.forward_intermediates(x, indices=[1, 3], norm=False, output_fmt="NCHW", intermediates_only=True)
+    for r, b in zip(ref, (1, 3)):
+        torch.testing.assert_close(feats[b], r.permute(0, 2, 3, 1))
+    keys = patch_features(model, x, layers=2, kind="k")[2]
+    torch.testing.assert_close(keys.flatten(1, 2), extract_features(model, x, [2], ("k",))[("k", 2)][:, 1:])
+    torch.manual_seed(0)
+    registers = create_vit("vit_tiny", residual="skip", depth=1, reg_tokens=4, no_embed_class=True).eval()
+    assert registers.num_prefix_tokens == 5
+    out = patch_features(registers, x, 0)[0]
+    torch.testing.assert_close(out.flatten(1, 2), extract_features(registers, x, [0])[("out", 0)][:, 5:])
+    with pytest.raises(FeatureRequestError, match="multiple of the patch size"):
+        patch_features(model, torch.randn(1, 3, 40, 40))

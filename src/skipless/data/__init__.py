@@ -2,7 +2,9 @@
 
 ``voc.py`` reads the PASCAL VOC layout, which the generated default (``synthetic.py``) also uses,
 so the default and real VOC share one code path; ``image_folder.py`` reads ImageNet-style folders
-for pretraining; ``errors.py`` gives one clear error, pointing at data/README.md, when a dataset is
+for pretraining; ``segmentation.py``, ``ade20k.py``, ``cocostuff.py`` and ``seg_views.py`` read
+the dense probe's datasets, listed by name in ``segmentation_datasets.py``; ``voc.py`` and
+``coco.py`` read the object-discovery datasets, listed in ``discovery_datasets.py``; ``errors.py`` gives one clear error, pointing at data/README.md, when a dataset is
 missing. Nothing here imports torch: the readers are plain map-style datasets.
 
 ``synthetic`` is imported on first use only, so that ``python -m skipless.data.synthetic`` does not
@@ -10,14 +12,16 @@ find itself already imported by this package.
 """
 from typing import Any
 
-from .errors import CorruptImageWarning, DatasetNotFoundError, MalformedDatasetError
+from .discovery_datasets import DISCOVERY_DATASETS, build_discovery
+from .errors import CorruptImageWarning, DatasetNotFoundError, MalformedDatasetError, UnknownDatasetError
 from .image_folder import ImageFolderDataset
+from .segmentation_datasets import SEGMENTATION_DATASETS, build_split
 from .voc import VOCClassification, VOCDetection, VOCImages, VOCSegmentation
 
 __all__ = [
-    "CLASSES", "CorruptImageWarning", "DatasetNotFoundError", "ImageFolderDataset",
-    "MalformedDatasetError", "VOCClassification", "VOCDetection", "VOCImages", "VOCSegmentation",
-    "ensure_default", "generate",
+    "CLASSES", "DISCOVERY_DATASETS", "SEGMENTATION_DATASETS", "CorruptImageWarning", "DatasetNotFoundError",
+    "ImageFolderDataset", "MalformedDatasetError", "UnknownDatasetError", "VOCClassification", "VOCDetection",
+    "VOCImages", "VOCSegmentation", "build_discovery", "build_split", "ensure_default", "generate",
 ]
 
 

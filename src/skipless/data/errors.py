@@ -21,6 +21,10 @@ class MalformedDatasetError(SkiplessError, ValueError):
     """A dataset is present but a file breaks its layout's conventions (e.g. an RGB mask)."""
 
 
+class UnknownDatasetError(SkiplessError, ValueError):
+    """A dataset name that no registry knows; the message lists the known ones."""
+
+
 class CorruptImageWarning(UserWarning):
     """An unreadable image was skipped; training goes on with the next one."""
 

@@ -2,16 +2,16 @@
 from .attention import ATTENTIONS, SoftmaxAttention, flash_attn_available, use_explicit_attention
 from .block import RESIDUAL_MODES, ResidualBlock, decayed_gains
 from .checkpoint import BackboneLoadError, load_backbone, save_backbone
-from .features import KINDS, extract_features, patch_grid
+from .features import KINDS, FeatureRequestError, extract_features, patch_features, patch_grid, resolve_layers
 from .init import INITS, cutskip_init_, paper_matrices, suo_
 from .vit import ARCHS, SkiplessViT, backbone_args, create_vit, drop_path_rates, freeze_for_eval
 
 __all__ = [
     "ARCHS", "ATTENTIONS", "INITS", "KINDS", "RESIDUAL_MODES",
-    "BackboneLoadError", "ResidualBlock", "SkiplessViT", "SoftmaxAttention",
+    "BackboneLoadError", "FeatureRequestError", "ResidualBlock", "SkiplessViT", "SoftmaxAttention",
     "backbone_args", "create_vit", "cutskip_init_", "decayed_gains", "drop_path_rates",
     "extract_features", "flash_attn_available", "freeze_for_eval", "load_backbone",
-    "paper_matrices", "patch_grid", "save_backbone", "suo_", "use_explicit_attention",
+    "paper_matrices", "patch_features", "patch_grid", "resolve_layers", "save_backbone", "suo_", "use_explicit_attention",
 ]
 
 from .pos_embed import POS_EMBED_INTERPS  # noqa: E402  (issue 11: position-embedding resample rule)

@@ -11,8 +11,8 @@ default, the wall time of the same sweep done two ways, and the mIoU of each:
   lrs (reported as extrapolated). Its mIoU should equal the cached one at that lr up to float16
   rounding of the cache: same head init, same batches in the same order.
 
-``python -m eval.probe_bench [--quick]`` prints the result; ``make bench`` runs it as section
-``probe`` (``skipless.bench``).
+``python -m bench.probe_sweep [--quick]`` prints the result; ``make bench`` runs it as section
+``probe`` (``python -m bench``).
 """
 from __future__ import annotations
 
@@ -25,14 +25,17 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from .backbones import load_spec, resolve_backbones, resolve_device
-from .feature_cache import ProbeSamples, build_cache, patch_features, resolve_layers
-from .linear_probe import LinearHeads, cache_batches, epoch_order, evaluate_full, train_heads
-from .seg_datasets import build_split
+from eval.backbones import load_spec, resolve_backbones
+from eval.devices import resolve_device
+from eval.feature_cache import ProbeSamples, build_cache, stacked_patches
+from eval.linear_probe import LinearHeads, cache_batches, epoch_order, evaluate_full, train_heads
+from eval.probe_settings import round_to_patch
+from skipless.data import build_split
+from skipless.models import resolve_layers
 
 
 def _naive_batches(model: torch.nn.Module, dataset: Any, layers: list[int], resolution: int, label_size: int,
-                   batch_size: int, seed: int, device: torch.device, num_workers: int, feature_norm: bool):
+                   batch_size: int, seed: int, device: torch.device, num_workers: int, norm: bool):
     """Epoch -> batches with features computed now, by the backbone, from decoded images."""
     samples = ProbeSamples(dataset, resolution, label_size)
 
@@ -43,7 +46,7 @@ def _naive_batches(model: torch.nn.Module, dataset: Any, layers: list[int], reso
                             num_workers=num_workers)
         for x, y, _ in loader:
             with torch.inference_mode():
-                f = patch_features(model, x.to(device), layers, feature_norm)
+                f = stacked_patches(model, x.to(device), layers, norm)
             yield f.permute(0, 3, 1, 2).float().clone(), y.to(device).long()
 
     return batches
@@ -70,10 +73,11 @@ def _bench(quick: bool, ckpt: str | None, device: str, root: str, runs_root: str
     # the naive sweep runs the backbone n_train x epochs x lrs times: 100 images keep it ~10 min on a 2-core CPU
     n_train, n_val, epochs = (64, 32, 4) if quick else ((500, 500, 30) if dev.type == "cuda" else (100, 100, 30))
     lrs, resolution, label_size, batch_size, seed = [3e-4, 1e-3, 3e-3, 1e-2], 160, 20, 16, 0
-    settings = {"root": root, "train_split": "train", "val_split": "val", "train_subset": n_train, "val_subset": n_val}
-    train_ds, val_ds = build_split("default", settings, "train", seed), build_split("default", settings, "val", seed)
+    train_ds = build_split("default", root, "train", n_train, seed)
+    val_ds = build_split("default", root, "val", n_val, seed)
     spec = resolve_backbones(ckpt, runs_root=runs_root)[0]
     model = load_spec(spec, dev, seed=seed)
+    resolution = round_to_patch(resolution, int(model.patch_embed.patch_size[0]))  # as the probe does
     layers = resolve_layers([-1], len(model.blocks))
     k = train_ds.num_classes
     n_train, n_val = len(train_ds), len(val_ds)  # smaller when the dataset is
@@ -83,8 +87,7 @@ def _bench(quick: bool, ckpt: str | None, device: str, root: str, runs_root: str
     caches = [build_cache(model, ds, layers, resolution=resolution, label_size=label_size, device=dev,
                           num_workers=num_workers, progress=False) for ds in (train_ds, val_ds)]
     t_extract = time.perf_counter() - t0
-    torch.manual_seed(seed)
-    heads = LinearHeads({"single": caches[0].channels(layers)}, k, lrs).to(dev)
+    heads = LinearHeads({"single": caches[0].channels(layers)}, k, lrs, seed=seed).to(dev)
     init = {j: {n: p.detach().clone() for n, p in heads.heads["single"][j].state_dict().items()} for j in range(len(lrs))}
     trained = train_heads(heads, cache_batches(caches[0], batch_size, seed, dev), steps, epochs=epochs, progress=False)
     t1 = time.perf_counter()

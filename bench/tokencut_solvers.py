@@ -1,6 +1,6 @@
 """TokenCut's eigensolve, timed: our batched normalised-Laplacian eigh against the reference's dense solve.
 
-    python -m eval.tokencut_bench [--images 100] [--upscale 2.5]     (also a section of `make bench`)
+    python -m bench.tokencut_solvers [--images 100] [--upscale 2.5]     (also a section of `make bench`)
 
 On the same graphs (the keys of every block of a backbone on the embedded default's val images)
 this times, per image (all blocks):
@@ -31,13 +31,15 @@ import scipy.linalg
 import torch
 import torch.nn.functional as F
 
-from eval.backbones import BackboneNotFoundError, load_spec, resolve_backbones, resolve_device
+from eval.backbones import BackboneNotFoundError, load_spec, resolve_backbones
+from eval.devices import resolve_device
 from eval.images import normalized, pad_to_multiple
 from eval.ncut import (EPS, TAU, UNIQUE_GAP, affinity, discover, lapack_spectrum, second_eigenvector_reference,
                        second_eigenvectors)
-from eval.report import markdown_table
 from skipless.data import DatasetNotFoundError, VOCDetection
-from skipless.models import create_vit, extract_features, freeze_for_eval, patch_grid
+from skipless.models import create_vit, freeze_for_eval, patch_features
+
+from .table import markdown_table
 
 
 def _timed(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
@@ -89,9 +91,9 @@ def bench_tokencut(ckpt: str | None = None, root: str = "data/default", split: s
             x = F.interpolate(x[None], scale_factor=upscale, mode="bilinear", align_corners=False)[0]
         size = tuple(x.shape[-2:])
         x = pad_to_multiple(x, patch)[None].to(dev)
-        grid = patch_grid(model, *x.shape[-2:])
-        feats = extract_features(model, x, layers=blocks, kinds=(feature,))
-        a = affinity(torch.cat([feats[(feature, b)][:, model.num_prefix_tokens:] for b in blocks]).float(), tau, eps)
+        feats = patch_features(model, x, blocks, feature)  # {block: (1, rows, cols, C)}
+        grid = tuple(feats[blocks[0]].shape[1:3])
+        a = affinity(torch.cat([f.flatten(1, 2) for f in feats.values()]).float(), tau, eps)
         boxes = {}
         for key, solve in solvers.items():
             vectors, dt = _timed(lambda: solve(a), dev)
@@ -143,7 +145,7 @@ def bench_section(quick: bool = False) -> tuple[list[dict[str, Any]], str]:
     text = (f"\nTokenCut eigensolve per image, all {rows[0]['blocks']} blocks of {rows[0]['backbone']} on "
             f"{rows[0]['device']}: median seconds (s_), speed-up over scipy_dense (x_), share of boxes equal to "
             "scipy_dense's over all graphs (lapack) and over the graphs with a unique Ncut vector:\n"
-            + markdown_table(list(flat[0]), [list(r.values()) for r in flat], digits=3))
+            + markdown_table(flat, list(flat[0])))
     return rows, text
 
 

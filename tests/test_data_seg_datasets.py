@@ -1,10 +1,14 @@
-"""eval/seg_datasets.py: each layout's reader and label mapping, on tiny fixtures written to disk."""
+"""skipless.data segmentation readers (segmentation, ade20k, cocostuff, seg_views, segmentation_datasets): each layout's reader and label mapping, on tiny fixtures written to disk."""
 import numpy as np
 import pytest
 from PIL import Image
 
-from eval.seg_datasets import (ADE20K, COCO_UNUSED_RAW_IDS, COCOSTUFF_CLASSES, DATASETS, COCOStuff,
-                               UnknownDatasetError, VOCSegDataset, build_split, random_subset)
+from skipless.data.ade20k import ADE20K
+from skipless.data.cocostuff import COCO_UNUSED_RAW_IDS, COCOSTUFF_CLASSES, COCOStuff
+from skipless.data.errors import UnknownDatasetError
+from skipless.data.seg_views import Mirrored, random_subset
+from skipless.data.segmentation import VOCSegDataset
+from skipless.data.segmentation_datasets import SEGMENTATION_DATASETS, build_split
 from skipless.data.errors import DatasetNotFoundError, MalformedDatasetError
 from skipless.data.voc import VOC_CLASSES
 
@@ -37,7 +41,7 @@ def test_voc_reads_palette_indices_not_colours(tmp_path):
 def test_default_takes_its_class_names_from_the_marker(tmp_path):
     classes = ["background", "disc", "square", "star"]
     root = write_voc(tmp_path, classes=classes)
-    ds = build_split("default", {"root": str(root), "train_split": "train", "val_split": "val"}, "val")
+    ds = build_split("default", root, "val")
     assert ds.name == "default" and ds.class_names == tuple(classes) and len(ds) == 4
     assert set(np.unique(ds.mask(0)).tolist()) <= {0, 1, 2, 3, 255}
 
@@ -112,8 +116,7 @@ def test_random_subset_is_seeded_sorted_and_optional(tmp_path):
     assert a.ids == sorted(a.ids) and set(a.ids) <= set(ds.ids)
     assert np.array_equal(a.mask(1), ds.mask(ds.ids.index(a.ids[1])))
     assert random_subset(ds, None, 0) is ds and random_subset(ds, 50, 0) is ds
-    settings = {"root": str(root), "train_split": "train", "val_split": "val", "train_subset": 4}
-    assert build_split("voc", settings, "train", seed=0).ids == a.ids
+    assert build_split("voc", root, "train", subset=4, seed=0).ids == a.ids
 
 
 @pytest.mark.parametrize("name, layout", [
@@ -122,7 +125,7 @@ def test_random_subset_is_seeded_sorted_and_optional(tmp_path):
 def test_missing_dataset_names_the_layout_and_the_readme(tmp_path, name, layout):
     split = {"voc": "train", "ade20k": "training", "cocostuff": "train2017"}[name]
     with pytest.raises(DatasetNotFoundError) as err:
-        build_split(name, {"root": str(tmp_path / "nowhere"), "train_split": split, "val_split": split}, "train")
+        build_split(name, tmp_path / "nowhere", split)
     message = str(err.value)
     assert layout in message and "data/README.md" in message and "nowhere" in message
     assert "\n" not in message
@@ -137,12 +140,11 @@ def test_missing_label_files_are_one_clear_error(tmp_path):
 
 def test_unknown_dataset_lists_the_known_ones():
     with pytest.raises(UnknownDatasetError) as err:
-        build_split("pascal", {"root": ".", "train_split": "train", "val_split": "val"}, "train")
-    assert all(name in str(err.value) for name in DATASETS)
+        build_split("pascal", ".", "train")
+    assert all(name in str(err.value) for name in SEGMENTATION_DATASETS)
 
 
 def test_mirrored_flips_image_and_labels_together(tmp_path):
-    from eval.seg_datasets import Mirrored
     root = write_voc(tmp_path, n_train=2, n_val=1)
     ds = VOCSegDataset(root, "train")
     flipped = Mirrored(random_subset(ds, 1, seed=0))

@@ -1,4 +1,4 @@
-"""The object-discovery datasets by name: ``DATASETS`` and ``build_dataset``.
+"""The object-discovery datasets of TokenCut, by name: ``DISCOVERY_DATASETS`` and ``build_discovery``.
 
 Each reader gives ``(PIL RGB image, float32 boxes (n, 4))`` with boxes in continuous 0-based
 ``x0, y0, x1, y1`` pixels, and ``ids`` in list order:
@@ -12,6 +12,9 @@ Each reader gives ``(PIL RGB image, float32 boxes (n, 4))`` with boxes in contin
   XML boxes. The split is ``val`` (1,000 images): the pretraining demo trains on ``train``, so
   ``val`` is unseen, as VOC is for a backbone pretrained on ImageNet; it also keeps a run of two
   backbones with every block compared to about 3 minutes on 2 CPU cores (ViT-Ti, 12 blocks).
+
+The segmentation datasets are another registry (``segmentation_datasets.SEGMENTATION_DATASETS``):
+``default`` there means label maps of the train and val splits, here boxes of val.
 """
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from skipless.data import DatasetNotFoundError, VOCDetection
-from skipless.data.coco import COCO20kDetection
+from ..config import ConfigError
+from .coco import COCO20kDetection
+from .errors import DatasetNotFoundError, UnknownDatasetError
+from .voc import VOCDetection
 
 
 @dataclass(frozen=True)
 class DiscoveryDataset:
-    """One entry of ``DATASETS``: a description, the default split and the reader's factory."""
+    """One entry of ``DISCOVERY_DATASETS``: a description, the default split and the reader's factory."""
 
     description: str
     split: str
@@ -37,7 +42,7 @@ def _coco20k(root: str | os.PathLike, split: str) -> COCO20kDetection:
     return COCO20kDetection(root)
 
 
-DATASETS: dict[str, DiscoveryDataset] = {
+DISCOVERY_DATASETS: dict[str, DiscoveryDataset] = {
     "default": DiscoveryDataset("the embedded default (generated scenes, VOC layout)", "val",
                                 lambda root, split: VOCDetection(root, split, year="2012")),
     "voc07": DiscoveryDataset("PASCAL VOC 2007 detection", "trainval",
@@ -48,19 +53,20 @@ DATASETS: dict[str, DiscoveryDataset] = {
 }
 
 
-def build_dataset(name: str, root: str | os.PathLike, split: str | None = None) -> Any:
+def build_discovery(name: str, root: str | os.PathLike, split: str | None = None) -> Any:
     """The reader of dataset ``name`` at ``root``; ``split`` None means the dataset's standard one.
 
     Raises:
-        ValueError: unknown name or split (the message lists the known ones).
+        UnknownDatasetError: unknown name (the message lists the known ones).
+        ConfigError: a split the dataset does not have.
         DatasetNotFoundError: the data is not at ``root`` (the message names the expected layout).
     """
-    if name not in DATASETS:
-        raise ValueError(f"unknown TokenCut dataset {name!r}; expected one of: {', '.join(DATASETS)}")
-    entry = DATASETS[name]
+    if name not in DISCOVERY_DATASETS:
+        raise UnknownDatasetError(f"unknown TokenCut dataset {name!r}; expected one of: {', '.join(DISCOVERY_DATASETS)}")
+    entry = DISCOVERY_DATASETS[name]
     split = entry.split if split is None else str(split)
     if entry.splits is not None and split not in entry.splits:
-        raise ValueError(f"{name} has no split {split!r}; expected one of: {', '.join(entry.splits)}")
+        raise ConfigError(f"{name} has no split {split!r}; expected one of: {', '.join(entry.splits)}")
     try:
         return entry.build(root, split)
     except DatasetNotFoundError as err:

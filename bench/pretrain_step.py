@@ -1,38 +1,28 @@
-"""``make bench``: speed and memory, written to ``bench/results.json`` and printed as tables.
+"""The ``pretrain`` and ``init`` sections of ``make bench``: a DINO training step, and conditioning at init.
 
-Sections (each can be chosen with ``--only``):
-- ``pretrain``: images/s, step time and peak memory of a full DINO training step (student on all
-  crops, teacher on the globals, loss, backward, clipping, optimizer, EMA) for skip vs skipless and
-  AdamW vs SOAP, on random crops so that data loading is not measured; achieved TFLOP/s and model
-  FLOP utilisation where the GPU's peak is known. ``peak_memory_mb`` is the CUDA peak of the step on a
-  GPU; on a CPU it is the process's peak resident memory so far (rows run in order, so it only grows).
-- ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
-- ``probe``: a linear-probe lr sweep with cached features vs running the backbone every step, on
-  the embedded default (``eval/probe_bench.py``; needs a run under ``runs/``, the repo root as cwd).
-- ``tokencut``: TokenCut's eigensolve per image against the dense generalized float64 scipy solve,
-  and the share of identical boxes (``eval/tokencut_bench.py``).
-
-Speed is measured here and never asserted in tests (SPEC section 9).
+``pretrain``: images/s, step time and peak memory of a full DINO training step (student on all
+crops, teacher on the globals, loss, backward, clipping, optimizer, EMA) for skip vs skipless and
+AdamW vs SOAP, on random crops so that data loading is not measured; achieved TFLOP/s and model
+FLOP utilisation where the GPU's peak is known. ``peak_memory_mb`` is the CUDA peak of the step on a
+GPU; on a CPU it is the process's peak resident memory so far (rows run in order, so it only grows).
+``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import platform
 import resource
 import time
 from functools import partial
-from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
 
-from .config import load_config
-from .pretrain import backbone_factory
-from .ssl.dino_module import DINO
-from .ssl.multicrop import collate_multicrop
+from skipless.config import load_config
+from skipless.pretrain import backbone_factory
+from skipless.ssl.dino_module import DINO
+from skipless.ssl.multicrop import collate_multicrop
 
 # Dense bf16 tensor-core peaks (vendor datasheets), for model FLOP utilisation.
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
@@ -134,8 +124,8 @@ def section_pretrain(quick: bool) -> list[dict]:
 
 
 def section_init() -> dict:
-    from .analysis.attention_conditioning import attention_condition_numbers, gaussian_tokens
-    from .models import create_vit
+    from skipless.analysis.attention_conditioning import attention_condition_numbers, gaussian_tokens
+    from skipless.models import create_vit
     out = {}
     for init in ("timm", "cutskip"):
         torch.manual_seed(0)
@@ -143,54 +133,3 @@ def section_init() -> dict:
                                         gaussian_tokens(197, 384))
         out[init] = {"median_condition": r["median_condition"], "mean_diagonal": r["mean_diagonal"]}
     return out
-
-
-def markdown_table(rows: list[dict], keys: list[str]) -> str:
-    def fmt(v):
-        return f"{v:.3g}" if isinstance(v, float) else ("-" if v is None else str(v))
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(fmt(r.get(k)) for k in keys) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-SECTIONS = ("pretrain", "init", "probe", "tokencut")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="skipless benchmarks")
-    parser.add_argument("--only", nargs="*", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run of the bench)")
-    parser.add_argument("--out", default="bench/results.json")
-    args = parser.parse_args()
-    results: dict = {"device": device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
-    if "init" in args.only:
-        results["init"] = section_init()
-        print("attention conditioning at init (ViT-S, 197 Gaussian tokens, block 0, median over heads):")
-        for k, v in results["init"].items():
-            print(f"  {k:8s} kappa = {v['median_condition']:.4g}, mean diagonal weight = {v['mean_diagonal']:.3f}")
-    if "pretrain" in args.only:
-        rows = section_pretrain(args.quick)
-        results["pretrain"] = rows
-        print(f"\nDINO pretraining step on {results['device']}:")
-        print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
-                                    "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
-                                    "peak_memory_mb"]))
-    if "probe" in args.only:
-        from eval.probe_bench import bench_probe  # the evaluators live at the repo root, beside src/
-        results["probe"] = r = bench_probe(args.quick)
-        print(f"\nprobe sweep ({len(r['lrs'])} lrs x {r['epochs']} epochs, {r['n_train']} train images, "
-              f"{r['backbone']}): cached {r['cached']['total_s']:.1f} s (mIoU {r['cached']['best_miou']:.1f} at lr "
-              f"{r['cached']['best_lr']:g}); backbone every step {r['naive']['sweep_total_s_extrapolated']:.1f} s "
-              f"(one lr measured x {len(r['lrs'])}; mIoU {r['naive']['miou']:.1f}): {r['speedup']:.1f}x")
-    if "tokencut" in args.only:
-        from eval.tokencut_bench import bench_section  # eval/ sits at the repository root, beside src/
-        results["tokencut"], text = bench_section(args.quick)
-        print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
-    print(f"\nwritten to {out}")
-
-
-if __name__ == "__main__":
-    main()

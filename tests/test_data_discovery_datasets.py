@@ -1,12 +1,13 @@
-"""eval/tokencut_data.py and skipless/data/coco.py: the detection readers on tiny fixtures, clear errors."""
+"""skipless/data/discovery_datasets.py and skipless/data/coco.py: the detection readers on tiny fixtures, clear errors."""
 import json
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from eval.tokencut_data import DATASETS, build_dataset
-from skipless.data import DatasetNotFoundError, MalformedDatasetError
+from skipless.config import ConfigError
+from skipless.data import DatasetNotFoundError, MalformedDatasetError, UnknownDatasetError
+from skipless.data.discovery_datasets import DISCOVERY_DATASETS, build_discovery
 from skipless.data.coco import COCO20kDetection, image_id_of
 
 XML = """<annotation><filename>{id}.jpg</filename><size><width>50</width><height>40</height><depth>3</depth></size>
@@ -33,7 +34,7 @@ def _voc(root, year, objects_per_image):
 def test_voc_boxes_are_zero_based_and_keep_difficult_and_truncated(tmp_path):
     ids = _voc(tmp_path, "2007", [[("dog", 0, 0, (1, 1, 50, 40)), ("cat", 1, 1, (10, 5, 20, 15))],
                                   [("bird", 0, 1, (3, 4, 9, 12))]])
-    ds = build_dataset("voc07", tmp_path)
+    ds = build_discovery("voc07", tmp_path)
     assert ds.ids == ids and len(ds) == 2
     image, boxes = ds[0]
     assert image.size == (50, 40)
@@ -64,7 +65,7 @@ def test_coco20k_drops_crowds_rounds_xywh_to_xyxy_and_keeps_the_list_order(tmp_p
     ]
     # the list names 25 before 9 and leaves 30 out; one line without the folder prefix
     _coco(tmp_path, names, anns, list_lines=["train2014/" + names[1], names[0]])
-    ds = build_dataset("coco20k", tmp_path)
+    ds = build_discovery("coco20k", tmp_path)
     assert isinstance(ds, COCO20kDetection) and ds.image_ids == [25, 9] and len(ds) == 2
     image, boxes = ds[1]
     assert image.size == (32, 24) and image.mode == "RGB"
@@ -76,7 +77,7 @@ def test_coco20k_drops_crowds_rounds_xywh_to_xyxy_and_keeps_the_list_order(tmp_p
 def test_coco20k_image_with_only_crowds_has_no_box(tmp_path):
     names = ["COCO_train2014_000000000030.jpg"]
     _coco(tmp_path, names, [{"image_id": 30, "bbox": [0, 0, 5, 5], "iscrowd": 1, "category_id": 1}])
-    assert build_dataset("coco20k", tmp_path)[0][1].shape == (0, 4)
+    assert build_discovery("coco20k", tmp_path)[0][1].shape == (0, 4)
 
 
 def test_coco_file_names_parse_and_bad_ones_are_refused():
@@ -91,7 +92,7 @@ def test_coco_file_names_parse_and_bad_ones_are_refused():
 ])
 def test_missing_dataset_is_one_clear_error_naming_the_layout(tmp_path, name, expected):
     with pytest.raises(DatasetNotFoundError) as err:
-        build_dataset(name, tmp_path / "nowhere")
+        build_discovery(name, tmp_path / "nowhere")
     message = str(err.value)
     assert expected in message and "data/README.md" in message and "\n" not in message
 
@@ -100,16 +101,16 @@ def test_coco20k_missing_images_or_annotations_are_named(tmp_path):
     names = ["COCO_train2014_000000000009.jpg"]
     _coco(tmp_path, names, [], list_lines=["train2014/COCO_train2014_000000000010.jpg"])
     with pytest.raises(DatasetNotFoundError, match="1 of 1 listed images"):
-        build_dataset("coco20k", tmp_path)
+        build_discovery("coco20k", tmp_path)
     (tmp_path / "coco_20k_filenames.txt").write_text("train2014/" + names[0])
     (tmp_path / "annotations" / "instances_train2014.json").unlink()
     with pytest.raises(DatasetNotFoundError, match="annotations"):
-        build_dataset("coco20k", tmp_path)
+        build_discovery("coco20k", tmp_path)
 
 
 def test_unknown_dataset_or_split_lists_the_known_ones(tmp_path):
-    with pytest.raises(ValueError, match="voc07, voc12, coco20k"):
-        build_dataset("voc2007", tmp_path)
-    with pytest.raises(ValueError, match="expected one of: train"):
-        build_dataset("coco20k", tmp_path, split="val")
-    assert DATASETS["voc12"].split == "trainval" and DATASETS["default"].split == "val"
+    with pytest.raises(UnknownDatasetError, match="voc07, voc12, coco20k"):
+        build_discovery("voc2007", tmp_path)
+    with pytest.raises(ConfigError, match="expected one of: train"):
+        build_discovery("coco20k", tmp_path, split="val")
+    assert DISCOVERY_DATASETS["voc12"].split == "trainval" and DISCOVERY_DATASETS["default"].split == "val"

@@ -1,0 +1,1 @@
+"""Benchmarks of speed and memory (``make bench`` = ``python -m bench``); see ``__main__.py``."""

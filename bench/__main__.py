@@ -1,0 +1,70 @@
+"""``make bench`` (``python -m bench``): speed and memory, written to ``bench/results.json`` and printed as tables.
+
+Sections (each can be chosen with ``--only``):
+- ``pretrain``: a full DINO training step, skip vs skipless, AdamW vs SOAP (``pretrain_step.py``).
+- ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S (``pretrain_step.py``).
+- ``probe``: a linear-probe lr sweep with cached features vs running the backbone every step, on
+  the embedded default (``probe_sweep.py``; needs a run under ``runs/``, the repo root as cwd).
+- ``tokencut``: TokenCut's eigensolve per image against the dense generalized float64 scipy solve,
+  and the share of identical boxes (``tokencut_solvers.py``).
+
+The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
+``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
+Speed is measured here and never asserted in tests (SPEC section 9).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from .pretrain_step import device_name, section_init, section_pretrain
+from .probe_sweep import bench_probe
+from .table import markdown_table
+from .tokencut_solvers import bench_section
+
+SECTIONS = ("pretrain", "init", "probe", "tokencut")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="skipless benchmarks")
+    parser.add_argument("--only", nargs="*", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run of the bench)")
+    parser.add_argument("--out", default="bench/results.json")
+    args = parser.parse_args()
+    results: dict = {"device": device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
+    if "init" in args.only:
+        results["init"] = section_init()
+        print("attention conditioning at init (ViT-S, 197 Gaussian tokens, block 0, median over heads):")
+        for k, v in results["init"].items():
+            print(f"  {k:8s} kappa = {v['median_condition']:.4g}, mean diagonal weight = {v['mean_diagonal']:.3f}")
+    if "pretrain" in args.only:
+        rows = section_pretrain(args.quick)
+        results["pretrain"] = rows
+        print(f"\nDINO pretraining step on {results['device']}:")
+        print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
+                                    "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
+                                    "peak_memory_mb"]))
+    if "probe" in args.only:
+        results["probe"] = r = bench_probe(args.quick)
+        rows = [{"way": "cached features", "sweep_s": r["cached"]["total_s"], "lr": r["cached"]["best_lr"],
+                 "miou": r["cached"]["best_miou"]},
+                {"way": f"backbone every step (1 lr x {len(r['lrs'])})", "sweep_s":
+                 r["naive"]["sweep_total_s_extrapolated"], "lr": r["naive"]["lr"], "miou": r["naive"]["miou"]}]
+        print(f"\nprobe sweep ({len(r['lrs'])} lrs x {r['epochs']} epochs, {r['n_train']} train images, {r['backbone']}; "
+              f"speed-up of the cache {r['speedup']:.1f}x):")
+        print(markdown_table(rows, ["way", "sweep_s", "lr", "miou"]))
+    if "tokencut" in args.only:
+        results["tokencut"], text = bench_section(args.quick)
+        print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nwritten to {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""bench/: the table writer, and the TokenCut solver benchmark on a tiny generated set (speed is never asserted)."""
+import pytest
+import torch
+
+from bench.table import markdown_table
+from bench.tokencut_solvers import bench_tokencut
+from skipless.data.synthetic import generate
+from skipless.models import create_vit, save_backbone
+
+
+def test_one_table_writer_formats_every_section_alike():
+    table = markdown_table([{"a": 1.23456, "b": None}, {"a": "x|y"}], ["a", "b"])
+    assert table.splitlines() == ["| a | b |", "|---|---|", "| 1.23 | - |", "| x\\|y | - |"]
+
+
+def test_tokencut_solvers_agree_where_the_ncut_vector_is_unique(tmp_path):
+    data = generate(tmp_path / "data", n_train=1, n_val=2, seed=3, workers=1)
+    torch.manual_seed(0)
+    save_backbone(tmp_path / "runs" / "tiny" / "backbone.pt", create_vit("vit_tiny", residual="skipless", depth=2))
+    r = bench_tokencut(str(tmp_path / "runs" / "tiny"), root=str(data), n_images=2, device="cpu")
+    assert r["images"] == 2 and r["blocks"] == 2 and r["graphs"] == 4
+    assert set(r["median_seconds_per_image"]) == {"torch_float64", "torch_float32", "lapack_float64", "scipy_dense",
+                                                  "scipy_subset"}
+    assert r["identical_boxes_where_unique"]["lapack_float64"] in (None, pytest.approx(1.0))
