@@ -12,14 +12,14 @@ MODEL ?=
 OPT ?=
 DATA ?=
 RECIPE ?=
-DATASET ?= default
-MULTISCALE ?= 0
+DATASET ?=
+MULTISCALE ?=
 LAYER ?=
 CKPT ?=
 IMAGES ?=
 GPUS ?=
 NODES ?=
-RESUME ?= 0
+RESUME ?=
 ARGS ?=
 
 # Optional keys are passed only when set, so the YAML defaults stay in charge.
@@ -71,12 +71,12 @@ pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= R
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=
 	$(call need,eval.probe)
-	$(PY) -m eval.probe dataset=$(DATASET) multiscale=$(MULTISCALE) $(call opt,layers,$(LAYER)) \
+	$(PY) -m eval.probe $(call opt,dataset,$(DATASET)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \
 	  $(call opt,ckpt,"$(CKPT)") $(ARGS)
 
 tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= ARGS=
 	$(call need,eval.tokencut)
-	$(PY) -m eval.tokencut dataset=$(DATASET) $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(ARGS)
+	$(PY) -m eval.tokencut $(call opt,dataset,$(DATASET)) $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(ARGS)
 
 pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
 	$(call need,eval.pca)

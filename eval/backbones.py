@@ -194,12 +194,3 @@ def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int 
         model = load_backbone(spec.path, map_location="cpu")
     return freeze_for_eval(model, device)
 
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """``auto`` -> CUDA when present, else the CPU; anything else is passed to ``torch.device``."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was asked for but CUDA is not available; use device=cpu or auto")
-    return device
