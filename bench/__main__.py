@@ -10,7 +10,7 @@ Sections (each can be chosen with ``--only``):
 
 The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
 ``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
-Speed is measured here and never asserted in tests (SPEC section 9).
+Speed is measured here and never asserted in tests, where a shared CI machine would make them flaky.
 """
 from __future__ import annotations
 

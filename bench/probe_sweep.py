@@ -1,6 +1,6 @@
 """Benchmark of the probe's cache: a whole lr sweep with cached features vs the backbone every step.
 
-SPEC section 9 asks for "probe sweeps that cost one backbone pass". This measures, on the embedded
+A probe sweep should cost one backbone pass. This measures, on the embedded
 default, the wall time of the same sweep done two ways, and the mIoU of each:
 
 - cached (what ``eval.probe`` does): one backbone pass over the train and val images, then every

@@ -20,7 +20,7 @@ by spaces or commas:
 
 Results go to ``<run>/eval/`` of each checkpoint; the random floor writes to ``runs/random-<...>/eval``,
 a plain state dict to ``runs/<file stem>/eval`` and timm weights to ``runs/timm-<name>/eval``.
-Only the model part of skipless is imported here, never training code (SPEC section 1).
+Only the model part of skipless is imported here, never training code (evaluators never depend on how a backbone was trained).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Frozen patch features, computed once per image and cached: what makes the probe fast (SPEC 6, 9).
+"""Frozen patch features, computed once per image and cached: what makes the probe fast.
 
 The backbone is frozen and the probe uses no augmentation, so the features of an image are the
 same at every epoch and for every learning rate. ``build_cache`` runs the backbone once over a
@@ -60,7 +60,7 @@ def label_tensor(mask: np.ndarray, size: int) -> torch.Tensor:
 class ProbeSamples(Dataset):
     """``(image tensor, label tensor, ok)`` of a segmentation dataset at the probe's sizes.
 
-    An unreadable image is not fatal (SPEC section 8): it comes back with ``ok=False``, a zero
+    An unreadable image is not fatal: it comes back with ``ok=False``, a zero
     image and an all-ignore label, and the caller leaves it out and counts it.
     """
 

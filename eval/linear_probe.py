@@ -1,4 +1,4 @@
-"""Linear segmentation heads on frozen patch features, trained side by side (SPEC section 6).
+"""Linear segmentation heads on frozen patch features, trained side by side.
 
 The probe of the paper's Section 6.2.1: a 1x1 convolution (a linear map per patch) from frozen
 features to class logits, logits upsampled bilinearly to the label resolution, cross-entropy that

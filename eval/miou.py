@@ -1,4 +1,4 @@
-"""Mean intersection-over-union from a dataset-level confusion matrix (SPEC section 6).
+"""Mean intersection-over-union from a dataset-level confusion matrix.
 
 The standard segmentation metric (PASCAL VOC, ADE20K, COCO-Stuff; the paper's Table 2): pixels of
 the *whole* split are accumulated into one ``K x K`` confusion matrix ``C`` (rows: ground truth,

@@ -1,6 +1,6 @@
 """Dense linear-probe segmentation: ``python -m eval.probe dataset=voc multiscale=1 [ckpt="runs/a random"]``.
 
-The paper's first evaluation (Section 6.2.1, Table 2; SPEC section 6): frozen features of one
+The paper's first evaluation (Section 6.2.1, Table 2): frozen features of one
 block (the last) or of several blocks concatenated (multiscale), a linear 1x1 head, 30 epochs, a
 learning-rate sweep with the best reported, mIoU on the whole validation split. ``make probe``
 calls this with DATASET / MULTISCALE / LAYER / CKPT / ARGS mapped onto ``configs/probe.yaml``.

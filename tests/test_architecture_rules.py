@@ -1,4 +1,4 @@
-"""Rules of SPEC section 1 and of STYLE that a test can enforce: who may import whom."""
+"""Rules of the layout that a test can enforce: who may import whom."""
 import ast
 import os
 import subprocess

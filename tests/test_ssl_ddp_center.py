@@ -1,5 +1,5 @@
 """The DINO center under DDP: two gloo processes, each with half of a global batch, end with the
-center that one process computes on the whole batch (SPEC section 3)."""
+center that one process computes on the whole batch."""
 import os
 import socket
 

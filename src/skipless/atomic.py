@@ -1,7 +1,7 @@
 """Atomic file writes: write to a temporary file in the same folder, then ``os.replace``.
 
 An interrupted write (crash, pre-emption, full disk) leaves the previous file intact, never a
-truncated one (SPEC section 8).
+truncated one.
 """
 from __future__ import annotations
 

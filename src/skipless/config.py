@@ -13,7 +13,7 @@
    is an error that names it (and the closest existing keys), never a silently ignored typo.
 4. ``save_config`` writes the resolved result next to the run; ``load_saved_config`` reads it back.
 
-Modelled on dinov2's ``utils/config.py`` (STYLE habit 1), without Hydra.
+Modelled on dinov2's ``utils/config.py``, without Hydra.
 """
 from __future__ import annotations
 

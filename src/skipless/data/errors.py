@@ -2,7 +2,7 @@
 
 A missing dataset is the first thing a new user meets, so it gets one sentence that says which
 dataset, where it was looked for, what layout was expected and where the instructions are
-(SPEC section 5), instead of a bare ``FileNotFoundError`` from deep inside a loader.
+instead of a bare ``FileNotFoundError`` from deep inside a loader.
 """
 from __future__ import annotations
 

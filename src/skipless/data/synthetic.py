@@ -1,7 +1,7 @@
 """The embedded default dataset: generated scenes with exact ground truth, in the real VOC layout.
 
 Why: the machines this project is built on reach no dataset host, and a new user wants to see
-pretraining and the evaluators work before downloading 150 GB (SPEC section 5). So the default
+pretraining and the evaluators work before downloading 150 GB. So the default
 data is generated from packages on PyPI only: photographs and textures bundled in the
 scikit-image wheel (read from its ``data/`` folder by path, so nothing is ever downloaded) give the
 backgrounds and the object surfaces; the objects are ten shape classes, each a distinct silhouette
@@ -11,7 +11,7 @@ saturation and brightness (0.5-1), scale, rotation, aspect, shading and a drop s
 paler background; one to three objects per image, the first one larger (it is usually the image's
 dominant class, the label of the k-NN monitor), later ones occluding earlier ones.
 
-Why these choices (measured with the k-NN monitor of pretraining, see the issue-3 notes): with
+Why these choices (measured with the k-NN monitor of pretraining): with
 material independent of the class (v1) nothing learnable in CPU minutes beat chance; sharp
 backgrounds made DINO recognise the source photograph instead of the objects (v3); with texture and
 shape as the only cues (v4, and stronger printed or photographed textures in two trials) neither

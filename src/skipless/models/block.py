@@ -1,6 +1,6 @@
 """One pre-LayerNorm transformer block whose residual wiring is a constructor argument.
 
-Residual modes (SPEC section 2), with ``a``/``m`` the attention / MLP sub-blocks:
+Residual modes, with ``a``/``m`` the attention / MLP sub-blocks:
 
     skip       x = x + a(norm1(x));        x = x + m(norm2(x))          (standard ViT)
     skipless   x = a(norm1(x));            x = m(norm2(x))              (Ji et al., "Cutting the Skip")
@@ -90,9 +90,9 @@ class ResidualBlock(Block):
 def decayed_gains(depth: int, alpha_min: float) -> torch.Tensor:
     """The 2L shortcut coefficients of the decayed mode, shape (depth, 2).
 
-    Zhang et al. (seed 002) write ``alpha_l = 1 - delta * l`` with ``delta = (1 - alpha_min) / L``,
+    Zhang et al. (decayed identity shortcuts in an MAE) write ``alpha_l = 1 - delta * l`` with ``delta = (1 - alpha_min) / L``,
     which stops one step short of ``alpha_min``. We use ``1 - linspace(0, 1, 2L) * (1 - alpha_min)``
-    over the 2L sub-blocks (SPEC section 2): the first shortcut is exactly 1, the last exactly
+    over the 2L sub-blocks: the first shortcut is exactly 1, the last exactly
     ``alpha_min``, and the decay is linear in sub-block index.
     """
     if not 0.0 <= alpha_min <= 1.0:

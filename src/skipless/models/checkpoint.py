@@ -1,7 +1,7 @@
 """Backbone files: weights with timm's parameter names plus the ``create_vit`` arguments.
 
 ``save_backbone`` writes ``{"format", "args", "state_dict"}``; ``load_backbone`` rebuilds the model
-from ``args`` and loads strictly (STYLE habits 6 and 9).
+from ``args`` and loads strictly (a silently ignored key would hide a wrong architecture).
 
 A plain state dict in timm's names (DINO's released ``dino_deitsmall16_pretrain.pth``, a timm
 ViT) loads too when the caller names its ``arch``: it becomes a ``skip`` model with DINO's

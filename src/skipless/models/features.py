@@ -1,4 +1,4 @@
-"""The feature API every evaluator and diagnostic uses (STYLE habit 3).
+"""The feature API every evaluator and diagnostic uses: one small API instead of each evaluator slicing tokens its own way.
 
 Two levels, in the spirit of timm's ``forward_intermediates``:
 

@@ -146,7 +146,7 @@ def cutskip_init_(model: nn.Module, alpha: float = CUTSKIP_DEFAULTS["alpha"], be
 
 @torch.no_grad()
 def zero_output_projections_(model: nn.Module) -> None:
-    """Decayed shortcuts (seed 002): zero the output projections of attention and MLP, so every
+    """Decayed shortcuts (Zhang et al., "Residual Connections Harm Self-Supervised Abstract Feature Learning"): zero the output projections of attention and MLP, so every
     block starts as its scaled shortcut."""
     for block in model.blocks:
         for lin in (block.attn.proj, block.mlp.fc2):

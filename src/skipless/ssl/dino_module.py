@@ -1,4 +1,4 @@
-"""DINO as one flat LightningModule (Caron et al. 2021; STYLE habit 7).
+"""DINO as one flat LightningModule (Caron et al. 2021) wrapping plain modules (head, loss, backbone).
 
 Student = backbone + ``DINOHead`` on all crops; teacher = an EMA copy (no drop-path) on the 2 global
 crops; ``DINOLoss`` between them. Optimisation is manual so that the recipe reads in order in
@@ -6,7 +6,7 @@ crops; ``DINOLoss`` between them. Optimisation is manual so that the recipe read
 backward, per-parameter gradient clipping, last layer frozen during the first epoch(s), optimizer
 step, center update, EMA of the teacher.
 
-Recipe values live in ``configs/pretrain.yaml`` (SPEC section 3). The schedules are defined on the
+Recipe values live in ``configs/pretrain.yaml``. The schedules are defined on the
 **global** batch: lr = base_lr * batch_per_device * world_size / 256, so any world size trains the
 same recipe; the center is all-reduced (``DINOLoss.update_center``).
 """

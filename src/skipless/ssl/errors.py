@@ -1,4 +1,4 @@
-"""Errors of a pretraining run that the user must see as one clear sentence (SPEC section 8)."""
+"""Errors of a pretraining run that the user must see as one clear sentence."""
 
 from ..errors import SkiplessError
 

@@ -1,4 +1,4 @@
-"""Lightning checkpoints written atomically (SPEC section 8).
+"""Lightning checkpoints written atomically (a crash mid-write never leaves a truncated file).
 
 Lightning's own ``TorchCheckpointIO`` streams into the destination file, so a crash mid-write leaves
 a truncated ``last.ckpt``; ours writes a temporary file and renames it over the old one.
