@@ -1,19 +1,11 @@
-"""The one table writer of the benchmarks: rows of dicts -> a GitHub markdown table, printed by every section."""
+"""Rows of dicts as the suite's one table writer prints them (``eval.report.markdown_table``)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value).replace("|", "\\|")
+from eval.report import markdown_table as _markdown_table
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> str:
     """One row per dict, one column per key (missing values as ``-``, floats to 3 significant digits)."""
-    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(_cell(r.get(k)) for k in keys) + " |" for r in rows]
-    return "\n".join(lines)
+    return _markdown_table(keys, [[r.get(k) for k in keys] for r in rows], float_format=".3g").rstrip("\n")

@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 
 from skipless.config import ConfigError, load_config
 from skipless.data import DatasetNotFoundError, ImageFolderDataset, VOCImages
-from skipless.errors import SkiplessError
+from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, patch_grid, resolve_layers
 
 from .backbones import BackboneSpec, load_spec, resolve_backbones
@@ -170,10 +170,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        run(load_config("pca", argv))
-    except SkiplessError as err:
-        raise SystemExit(f"error: {err}") from None
+    exit_on_user_error(lambda: run(load_config("pca", argv)))
 
 
 if __name__ == "__main__":

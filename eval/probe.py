@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 
 from skipless.config import load_config
 from skipless.data import build_split
-from skipless.errors import SkiplessError
+from skipless.errors import exit_on_user_error
 
 from .backbones import BackboneSpec, resolve_backbones
 from .probe_compute import probe_backbone
@@ -104,10 +104,7 @@ def run_probe(cfg: DictConfig) -> dict[str, dict[str, dict]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        run_probe(load_config("probe", argv))
-    except SkiplessError as err:
-        raise SystemExit(f"error: {err}") from None
+    exit_on_user_error(lambda: run_probe(load_config("probe", argv)))
     return 0
 
 

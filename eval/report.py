@@ -1,7 +1,7 @@
 """Comparison tables of the evaluators: one markdown table per command, printed and saved.
 
 ``CKPT="runs/a runs/b random"`` gives one row or column per backbone; the probe, TokenCut and
-PCA write their tables with ``markdown_table`` so they read the same, and ``compare_dir`` says
+PCA (and the benchmarks) write their tables with ``markdown_table`` so they read the same, and ``compare_dir`` says
 where a table over several backbones goes (``runs/compare/``).
 """
 from __future__ import annotations
@@ -13,23 +13,24 @@ from typing import Any, Sequence
 from skipless.atomic import atomic_write
 
 
-def _cell(value: Any, digits: int) -> str:
+def _cell(value: Any, float_format: str) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return format(value, float_format)
     return str(value).replace("|", "\\|")
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], digits: int = 1) -> str:
-    """A GitHub markdown table; floats are printed with ``digits`` decimals, None as ``-``."""
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], float_format: str = ".1f") -> str:
+    """The suite's one table writer (evaluators and ``make bench``): a GitHub markdown table, floats
+    printed with ``float_format`` (one decimal by default, as the papers print mIoU and CorLoc), None as ``-``."""
     widths = len(headers)
     bad = [i for i, row in enumerate(rows) if len(row) != widths]
     if bad:
         raise ValueError(f"rows {bad} do not have {widths} cells like the header {list(headers)}")
-    lines = ["| " + " | ".join(_cell(h, digits) for h in headers) + " |",
+    lines = ["| " + " | ".join(_cell(h, float_format) for h in headers) + " |",
              "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(_cell(v, digits) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_cell(v, float_format) for v in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from skipless.config import ConfigError, load_config
 from skipless.data import DISCOVERY_DATASETS, MalformedDatasetError, UnknownDatasetError, build_discovery
-from skipless.errors import SkiplessError
+from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, resolve_layers
 
 from .backbones import BackboneSpec, load_spec, resolve_backbones
@@ -201,11 +201,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        cfg = load_config("tokencut", argv)
-        run(cfg)
-    except SkiplessError as err:
-        raise SystemExit(f"error: {err}") from None
+    exit_on_user_error(lambda: run(load_config("tokencut", argv)))
 
 
 if __name__ == "__main__":

@@ -95,7 +95,7 @@ def test_random_floor_features_are_usable(tmp_path):
 
 
 def test_markdown_table_formats_and_checks_widths():
-    text = markdown_table(["model", "mIoU"], [["skip", 56.34], ["a|b", None]], digits=1)
+    text = markdown_table(["model", "mIoU"], [["skip", 56.34], ["a|b", None]], float_format=".1f")
     assert text.splitlines() == ["| model | mIoU |", "|---|---|", "| skip | 56.3 |", "| a\\|b | - |"]
     with pytest.raises(ValueError, match="do not have 2 cells"):
         markdown_table(["a", "b"], [[1]])

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from .atomic import atomic_write
-from .errors import SkiplessError
+from .errors import SkiplessError, exit_on_user_error
 
 CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
 
@@ -158,10 +158,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         raise SystemExit("usage: python -m skipless.config <entry> [group=choice] [key=value ...]")
-    try:
-        print(OmegaConf.to_yaml(load_config(argv[0], argv[1:])), end="")
-    except ConfigError as err:
-        raise SystemExit(f"error: {err}") from None
+    exit_on_user_error(lambda: print(OmegaConf.to_yaml(load_config(argv[0], argv[1:])), end=""))
 
 
 if __name__ == "__main__":

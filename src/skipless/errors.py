@@ -7,7 +7,23 @@ an internal bug and keeps its traceback. Each module raises its own subclass (``
 from the matching builtin (``ValueError``, ``FileNotFoundError``) so that library callers who catch
 those keep working.
 """
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 
 class SkiplessError(Exception):
     """A problem with the user's input, data or run that one sentence can explain."""
+
+
+class ModelArgumentError(SkiplessError, ValueError):
+    """A model name or argument ``create_vit`` does not know; the message lists the valid ones."""
+
+
+def exit_on_user_error(body: Callable[[], T]) -> T:
+    """Run an entry point's body: a ``SkiplessError`` ends the program with its one sentence on
+    stderr (exit status 1); any other exception is a bug and keeps its traceback."""
+    try:
+        return body()
+    except SkiplessError as err:
+        raise SystemExit(f"error: {err}") from None

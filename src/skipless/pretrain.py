@@ -117,10 +117,9 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
         raise NothingToResumeError(f"RESUME=1 but there is no checkpoint to resume at {last}; "
                                    "start the run without RESUME or name the run with run.name=")
     pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
-    try:  # first, so that an impossible model key fails before any data is generated
-        module = DINO(cfg, partial(backbone_factory, cfg))
-    except ValueError as err:  # create_vit names the key's valid values
-        raise ConfigError(f"cannot build the model of this config: {err}") from err
+    # First, so that an impossible model key (a ModelArgumentError naming the valid values) fails
+    # before any data is generated.
+    module = DINO(cfg, partial(backbone_factory, cfg))
     dataset = pretrain_dataset(cfg)
     loader = pretrain_loader(cfg, dataset)
     trainer = build_trainer(cfg, run_dir, extra_callbacks)

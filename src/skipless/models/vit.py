@@ -12,6 +12,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 from .attention import ATTENTIONS
+from ..errors import ModelArgumentError
 from .block import DEFAULT_ALPHA_MIN, RESIDUAL_MODES, ResidualBlock, decayed_gains
 from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, zero_output_projections_
 from .pos_embed import POS_EMBED_INTERPS, resample_pos_embed
@@ -26,7 +27,7 @@ ARCHS: dict[str, dict[str, int]] = {
 
 def _check_choice(kind: str, value: str, choices) -> None:
     if value not in choices:
-        raise ValueError(f"unknown {kind} {value!r}; expected one of: {', '.join(choices)}")
+        raise ModelArgumentError(f"unknown {kind} {value!r}; expected one of: {', '.join(choices)}")
 
 
 GLOBAL_POOLS = ("token", "avg")  # the feature model(x) returns: the CLS output, or the mean patch token
@@ -115,7 +116,7 @@ def create_vit(
     given = {k: v for k, v in (init_args or {}).items() if v is not None}
     unknown = set(given) - set(CUTSKIP_DEFAULTS)
     if unknown:
-        raise ValueError(f"unknown init_args {sorted(unknown)}; expected {', '.join(CUTSKIP_DEFAULTS)}")
+        raise ModelArgumentError(f"unknown init_args {sorted(unknown)}; expected {', '.join(CUTSKIP_DEFAULTS)}")
     init_args = {**CUTSKIP_DEFAULTS, **given}
     alpha_min = DEFAULT_ALPHA_MIN if alpha_min is None else float(alpha_min)
 
