@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from scipy import ndimage
 
-from skipless.data import synthetic
+from skipless.data import scene_render, synthetic
 from skipless.data.synthetic import CLASSES, ensure_default, generate, is_complete
 
 N_TRAIN, N_VAL = 12, 6
@@ -214,8 +214,8 @@ def test_cli_reports_where_and_how_long(tmp_path, capsys):
 
 
 def test_only_bundled_skimage_images_are_used():
-    folder = synthetic.skimage_data_dir()
-    for name in set(synthetic.BACKGROUNDS) | set(synthetic.TEXTURES):
+    folder = scene_render.skimage_data_dir()
+    for name in set(scene_render.BACKGROUNDS) | set(scene_render.TEXTURES):
         assert (folder / name).is_file(), name
 
 
