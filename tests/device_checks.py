@@ -1,7 +1,7 @@
 """Bodies of the device tests, written once for any device.
 
-``test_gpu.py`` runs them on CUDA (and skips without it); ``test_device_checks.py`` runs the same
-bodies on the CPU, so a machine without a GPU still proves they work and fail when they should.
+``test_device_checks.py`` runs them on the CPU and on CUDA (the ``gpu`` cases skip without a CUDA
+device), so a machine without a GPU still proves they work and fail when they should.
 """
 from __future__ import annotations
 

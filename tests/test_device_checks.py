@@ -1,23 +1,34 @@
-"""The bodies of ``test_gpu.py`` on the CPU: they work, and they can fail."""
+"""bf16 DINO training, fused attention and TokenCut's torch eigensolver, on every device present.
+
+Each check runs on the CPU (so its body is known to work, and ``test_ncut_check_fails_on_a_wrong_solver``
+shows it can fail) and on CUDA, where the ``cuda`` cases carry the ``gpu`` marker and skip themselves
+without a CUDA device (``make test`` on a laptop or CI reports them as skipped).
+"""
 import pytest
 import torch
 
 import device_checks
 from device_checks import dino_step_moves_weights, fused_attention_equals_explicit, ncut_matches_lapack
 
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
-def test_bf16_mixed_dino_step_on_cpu_is_finite_and_moves_the_weights():
-    dino_step_moves_weights("cpu", "bf16-mixed")
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bf16_mixed_dino_step_is_finite_and_moves_the_weights(device):
+    dino_step_moves_weights(device, "bf16-mixed")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_sdpa_attention_on_cpu_equals_the_explicit_path(dtype):
-    fused_attention_equals_explicit("cpu", dtype)
+def test_sdpa_attention_equals_the_explicit_path(device, dtype):
+    fused_attention_equals_explicit(device, dtype)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_batched_torch_ncut_on_cpu_equals_lapack_up_to_sign(dtype):
-    assert ncut_matches_lapack("cpu", dtype) >= 4
+def test_batched_torch_ncut_equals_cpu_lapack_up_to_sign(device, dtype):
+    assert ncut_matches_lapack(device, dtype) >= 4
 
 
 def test_ncut_check_fails_on_a_wrong_solver(monkeypatch):
