@@ -52,7 +52,8 @@ help: ## list targets and variables
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca)"
 	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
-	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run)"
+	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); released weights:"
+	@echo "       CKPT=dino_deitsmall16_pretrain.pth:vit_small (a state dict + its arch) or CKPT=timm:<cached timm name>"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
 
 $(STAMP): pyproject.toml
