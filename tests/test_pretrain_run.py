@@ -146,3 +146,62 @@ def test_keep_checkpoints_and_export_epochs_write_the_files_asked_for(tmp_path, 
     assert sorted(p.name for p in ckpts.glob("*.ckpt")) == ["epoch001.ckpt", "epoch002.ckpt", "last.ckpt"]
     steps = {p.name: torch.load(p, weights_only=False, map_location="cpu")["global_step"] for p in ckpts.glob("*.ckpt")}
     assert steps == {"epoch001.ckpt": 4, "epoch002.ckpt": 8, "last.ckpt": 8}
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_new_run_never_lands_in_the_folder_of_another(tmp_path, data_root, capsys):
+    from skipless.training.run_folder import RunFolderTakenError
+
+    cfg = tiny_cfg(tmp_path, data_root, "run.name=taken", "train.epochs=1", "train.knn_every_n_epochs=0")
+    pretrain(cfg)
+    run = run_dir_of(cfg)
+    before = _snapshot(run)
+    with pytest.raises(RunFolderTakenError, match=r"RESUME=1 .* run.name=taken-2"):
+        pretrain(tiny_cfg(tmp_path, data_root, "run.name=taken", "train.epochs=2", "model=skip"))
+    assert _snapshot(run) == before  # not one byte of the first run changed, no second event file
+    (run.parent / "taken-2").mkdir()
+    (run.parent / "taken-2" / "notes.txt").write_text("mine")
+    args = [f"data.root={data_root}", f"run.root={tmp_path / 'runs'}", "run.name=taken-2", *TINY]
+    assert main(args) == 1
+    assert "run.name=taken-3" in capsys.readouterr().err
+
+
+def test_resume_refuses_another_model_and_records_what_may_change(tmp_path, data_root):
+    import json
+
+    from skipless.training.run_folder import ResumeMismatchError
+
+    cfg = tiny_cfg(tmp_path, data_root, "run.name=kept", "train.epochs=1", "train.knn_every_n_epochs=0")
+    pretrain(cfg)
+    run = run_dir_of(cfg)
+    before = _snapshot(run)
+    for change, key in (("model=skip", "model.name"), ("optim=soap", "optim.name"), ("run.seed=3", "run.seed"),
+                        ("dino.teacher_temp=0.07", "dino.teacher_temp")):
+        with pytest.raises(ResumeMismatchError, match=key):
+            pretrain(tiny_cfg(tmp_path, data_root, "run.name=kept", "train.epochs=1", "train.knn_every_n_epochs=0",
+                              "run.resume=true", change))
+    assert _snapshot(run) == before
+    pretrain(tiny_cfg(tmp_path, data_root, "run.name=kept", "train.epochs=2", "train.knn_every_n_epochs=0",
+                      "run.resume=true", "train.log_every_n_steps=2"))
+    log = [json.loads(line) for line in (run / "resumes.jsonl").read_text().splitlines()]
+    assert log[-1]["changed"] == {"train.epochs": [1, 2], "train.log_every_n_steps": [1, 2]}
+    assert load_saved_config(run / "config.yaml").train.epochs == 2
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")["epoch"] == 1
+
+
+def test_only_the_first_process_checks_the_folder(monkeypatch):
+    from skipless.training.run_folder import is_first_process
+
+    for var in ("RANK", "SLURM_PROCID", "NODE_RANK", "GROUP_RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(var, raising=False)
+    assert is_first_process()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert is_first_process()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert not is_first_process()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("SLURM_PROCID", "8")
+    assert not is_first_process()

@@ -29,6 +29,7 @@ from .summary import pretrain_header
 from .training.callbacks import DivergenceGuard, EpochCheckpoint, ExportTeacher, KNNMonitor, RNGState
 from .training.checkpoint_io import AtomicCheckpointIO
 from .training.data import knn_loaders, pretrain_dataset, pretrain_loader
+from .training.run_folder import check_new_run, is_first_process, record_resume, resume_changes
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -116,6 +117,10 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     if cfg.run.resume and not last.is_file():
         raise NothingToResumeError(f"RESUME=1 but there is no checkpoint to resume at {last}; "
                                    "start the run without RESUME or name the run with run.name=")
+    first = is_first_process()  # the folder rules are checked once, by rank 0 (run_folder.py)
+    changes = resume_changes(cfg, run_dir) if first and cfg.run.resume else {}
+    if first and not cfg.run.resume:
+        check_new_run(run_dir)
     pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
     # First, so that an impossible model key (a ModelArgumentError naming the valid values) fails
     # before any data is generated.
@@ -125,6 +130,8 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     trainer = build_trainer(cfg, run_dir, extra_callbacks)
     if trainer.is_global_zero:
         save_config(cfg, run_dir)
+        if cfg.run.resume:
+            record_resume(run_dir, changes)
     trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if cfg.run.resume else None)
     return trainer, module
 
