@@ -40,7 +40,8 @@ def check_writable(folders: Iterable[Path], out: str | None) -> None:
     for folder in folders:
         reason = unwritable_reason(Path(folder))
         if reason is not None:
-            fix = "choose another out=<folder>" if out is not None else "pass out=<folder> to write the results elsewhere"
+            fix = ("choose another out=<folder>" if out is not None
+                   else "pass out=<folder> to write the results elsewhere")
             raise OutputNotWritableError(f"cannot write results to {folder} ({reason}); {fix}")
 
 

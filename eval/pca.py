@@ -12,10 +12,11 @@ or image read (``check_settings``, ``eval.output_dirs``); ``eval.pca_images`` re
 (unreadable ones skipped and counted), ``compute_maps`` computes a backbone's maps, and the figures
 are written from them.
 
-Writes ``<run>/eval/pca-blocks.png`` (images x blocks, Figure 8) per backbone (``<out>/<backbone>/``
-with ``out=<folder>``) and, with several backbones, ``runs/compare/pca-checkpoints-block<l>.png`` (images x backbones at one block,
-Figure 7); the same figures as TensorBoard images under ``tb/`` beside them. Other feature kinds
-and foreground masking add ``-<kind>`` and ``-masked`` to the names.
+Writes ``<run>/eval/pca-blocks.png`` (images x blocks, Figure 8) per backbone and, with several
+backbones, ``runs/compare/pca-checkpoints-block<l>.png`` (images x backbones at one block,
+Figure 7), or ``<out>/<backbone>/`` and ``<out>/compare/`` with ``out=<folder>``; the same figures as
+TensorBoard images under ``tb/`` beside them. Other feature kinds and foreground masking add
+``-<kind>`` and ``-masked`` to the names.
 """
 from __future__ import annotations
 

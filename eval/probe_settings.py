@@ -2,9 +2,10 @@
 
 ``resolve_settings`` turns the config into a ``ProbeSettings`` before any backbone is loaded, data
 read or file written, so a bad value stops the run at once with one ``ConfigError`` naming the key,
-its value and what was expected; the rule of each key is listed once in ``RULES``. Two things depend on the backbone and are
-resolved per backbone, from the same settings: the blocks (``layers_for``: negative indices need
-the depth) and the input size (``sizes_for``: it must be a multiple of the patch).
+its value and what was expected; the rule of each key is listed once in ``RULES``. Two things
+depend on the backbone and are resolved per backbone, from the same settings: the blocks
+(``layers_for``: negative indices need the depth) and the input size (``sizes_for``: it must be a
+multiple of the patch).
 
 Input size. ``resolution: null`` (the default) takes the dataset's size (``datasets.<name>.resolution``)
 and rounds it to the nearest multiple of the backbone's patch, so a /14 backbone runs on the default
@@ -106,7 +107,8 @@ def rules_for(dataset: str) -> dict[str, Rule]:
 
 
 def spread_layers(depth: int, count: int) -> list[int]:
-    """``count`` (>= 1, ``ms_blocks``) blocks spread evenly over ``depth``, ending at the last: 12, 4 -> [2, 5, 8, 11]."""
+    """``count`` blocks (``ms_blocks``, >= 1 by its rule) spread evenly over ``depth``, ending at the last:
+    12, 4 -> [2, 5, 8, 11]."""
     return sorted({max(0, round((k + 1) * depth / count) - 1) for k in range(count)})
 
 

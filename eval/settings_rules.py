@@ -92,7 +92,9 @@ def either(*rules: Rule) -> Rule:
 BLOCK = Rule(_is_int, "a block index (an integer; -1 is the last)")
 BLOCKS = either(BLOCK, non_empty_list(BLOCK, "block indices"))
 BLOCKS_OR_ALL = either(one_of("all"), BLOCKS)
-CKPT = optional(either(text(), non_empty_list(text(), "checkpoint items")))
+# ckpt: `make` passes ckpt="" when CKPT is not set, which means the newest run, as null does.
+CKPT = Rule(lambda v: v is None or isinstance(v, str) or non_empty_list(text(), "").check(v),
+            "null, a text of checkpoint items or a list of them")
 COMMON = {
     "ckpt": CKPT,
     "runs_root": text(),

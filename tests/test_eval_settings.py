@@ -129,6 +129,15 @@ def test_rules_refuse_nan_inf_bools_and_name_the_key():
             check_rules(load_from({**good, change[0]: change[1]}), rules)
 
 
+def test_an_empty_ckpt_means_the_newest_run_as_make_passes_it():
+    """``make probe`` without CKPT passes ckpt="" (an empty text): accepted, as null."""
+    from eval.settings_rules import COMMON
+    for ckpt in ("", None, "runs/a random", ["runs/a", "random"]):
+        check_rules(load_from({"ckpt": ckpt}), {"ckpt": COMMON["ckpt"]})
+    with pytest.raises(ConfigError, match="ckpt must be null, a text of checkpoint items or a list of them, got 3"):
+        check_rules(load_from({"ckpt": 3}), {"ckpt": COMMON["ckpt"]})
+
+
 def load_from(values):
     from omegaconf import OmegaConf
     return OmegaConf.create(values)
