@@ -19,14 +19,16 @@ by spaces or commas:
 - nothing: the newest run under ``runs/`` (by the time its ``backbone.pt`` was written).
 
 Results go to ``<run>/eval/`` of each checkpoint; the random floor writes to ``runs/random-<...>/eval``,
-a plain state dict to ``runs/<file stem>/eval`` and timm weights to ``runs/timm-<name>/eval``.
+a plain state dict to ``runs/<file stem>/eval`` and timm weights to ``runs/timm-<name>/eval``. With an
+output folder (every evaluator's ``out=<folder>``, e.g. for a backbone on a read-only disk) each
+backbone writes to ``<out>/<name>/`` instead (the random floor to ``<out>/random-<...>/``).
 Only the model part of skipless is imported here, never training code (evaluators never depend on how a backbone was trained).
 """
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -52,7 +54,7 @@ class BackboneSpec:
     Attributes:
         name: its label in tables and figures (the run folder's name, the file's stem, or ``random``).
         path: the backbone file, or None for the random floor.
-        out_dir: where evaluators write their results (``<run>/eval``).
+        out_dir: where evaluators write their results (``<run>/eval``, or ``<out>/<name>``).
         args: the ``create_vit`` arguments (arch, residual, init, ...) stored with the weights.
         kind: ``skipless`` (a ``save_backbone`` file), ``state_dict`` (a plain state dict, ``args``
             inferred), ``timm`` (timm's cached weights; ``path`` is the cached file) or ``random``.
@@ -146,8 +148,10 @@ def _item_spec(item: str, runs_root: Path) -> BackboneSpec:
     return _file_spec(item, runs_root)
 
 
-def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.PathLike = "runs") -> list[BackboneSpec]:
-    """Turn a ``CKPT`` setting into backbone specs, in the order given (see the module docstring)."""
+def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.PathLike = "runs",
+                      out: str | os.PathLike | None = None) -> list[BackboneSpec]:
+    """Turn a ``CKPT`` setting into backbone specs, in the order given (see the module docstring);
+    ``out``: write every backbone's results to ``<out>/<name>/`` instead of its own ``eval/`` folder."""
     items = split_items(ckpt)
     runs_root = Path(runs_root)
     if not items:
@@ -176,6 +180,8 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BackboneNotFoundError(f"CKPT names the same backbone twice ({', '.join(duplicates)}); give each once")
+    if out is not None:
+        specs = [replace(s, out_dir=Path(out) / (s.out_dir.parent.name if s.is_random else s.name)) for s in specs]
     return specs  # type: ignore[return-value]
 
 

@@ -8,11 +8,13 @@ calls this with DATASET / MULTISCALE / LAYER / CKPT / ARGS mapped onto ``configs
 The shape every evaluator has: settings resolved once (``probe_settings``), then per backbone
 (``eval/backbones.py``) the compute (``probe_compute``: features cached once, every head trained
 side by side over the cache, scored at the original label resolution with ``miou``), then the
-outputs (``probe_outputs``: JSON, figure, head, predictions, TensorBoard under ``<run>/eval/``).
+outputs (``probe_outputs``: JSON, figure, head, predictions, TensorBoard under ``<run>/eval/``, or
+``<out>/<backbone>/`` with ``out=<folder>``). Settings and output folders are checked before any
+backbone is loaded or data read.
 
 With several backbones the mIoUs are printed as one markdown table, also written to
-``<runs_root>/compare/probe-<dataset>[-ms|-both].md`` (one file per head choice, so a single-block
-and a multiscale run keep both tables). mIoU values are in percent, as in the paper.
+``<runs_root>/compare/probe-<dataset>[-ms|-both].md`` (``<out>/compare/`` with ``out``; one file per
+head choice, so a single-block and a multiscale run keep both tables). mIoU values are in percent, as in the paper.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from skipless.data import build_split
 from skipless.errors import exit_on_user_error
 
 from .backbones import BackboneSpec, resolve_backbones
+from .output_dirs import check_outputs
 from .probe_compute import probe_backbone
 from .probe_outputs import open_writers, write_outputs
 from .probe_settings import GROUPS, ProbeSettings, resolve_settings
@@ -71,7 +74,8 @@ def run_probe(cfg: DictConfig) -> dict[str, dict[str, dict]]:
     settings = resolve_settings(cfg)
     if cfg.cpu_threads is not None:
         torch.set_num_threads(int(cfg.cpu_threads))
-    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root)
+    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root, out=cfg.out)
+    check_outputs(specs, cfg.runs_root, cfg.out)
     train_ds, val_ds = _splits(settings)
     print(f"probe {settings.dataset}: {len(train_ds)} train / {len(val_ds)} val images, {train_ds.num_classes} classes, "
           f"{'+'.join(GROUPS[g][1] for g in settings.groups)}, lrs {list(settings.lrs)}, {cfg.epochs} epochs, "
@@ -97,7 +101,7 @@ def run_probe(cfg: DictConfig) -> dict[str, dict[str, dict]]:
         sizes = sorted({r["resolution"] for by_group in results.values() for r in by_group.values()})
         caption = (f"Dense linear probe on {settings.dataset}: mIoU (%) of the best of lrs {list(settings.lrs)}, "
                    f"{cfg.epochs} epochs, {'/'.join(map(str, sizes))} px, val split of {len(val_ds)} images.\n\n")
-        path = write_text(compare_dir(cfg.runs_root) / f"{settings.table_stem}.md", caption + table)
+        path = write_text(compare_dir(cfg.runs_root, cfg.out) / f"{settings.table_stem}.md", caption + table)
         print(f"table written to {path}")
     return results
 

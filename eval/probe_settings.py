@@ -1,9 +1,11 @@
 """The probe's settings, resolved once from ``configs/probe.yaml``: every check of the user's input.
 
-``resolve_settings`` turns the config into a ``ProbeSettings`` before any backbone is loaded, so a
-bad value stops the run at once with one ``ConfigError``. Two things depend on the backbone and are
-resolved per backbone, from the same settings: the blocks (``layers_for``: negative indices need
-the depth) and the input size (``sizes_for``: it must be a multiple of the patch).
+``resolve_settings`` turns the config into a ``ProbeSettings`` before any backbone is loaded, data
+read or file written, so a bad value stops the run at once with one ``ConfigError`` naming the key,
+its value and what was expected; the rule of each key is listed once in ``RULES``. Two things
+depend on the backbone and are resolved per backbone, from the same settings: the blocks
+(``layers_for``: negative indices need the depth) and the input size (``sizes_for``: it must be a
+multiple of the patch).
 
 Input size. ``resolution: null`` (the default) takes the dataset's size (``datasets.<name>.resolution``)
 and rounds it to the nearest multiple of the backbone's patch, so a /14 backbone runs on the default
@@ -13,7 +15,6 @@ the JSON. A number given as ``resolution=...`` is used exactly and must be a mul
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from omegaconf import DictConfig, ListConfig
@@ -24,6 +25,8 @@ from skipless.models import FeatureRequestError, resolve_layers
 
 from .devices import resolve_device
 from .linear_probe import OPTIMIZERS
+from .settings_rules import (BLOCKS, COMMON, Rule, boolean, check_rules, integer, non_empty_list, number, one_of,
+                             optional, text)
 
 GROUPS = {"single": ("", "single"), "ms": ("-ms", "multiscale")}  # name -> (file suffix, title)
 AUGMENTATIONS = ("none", "flip")
@@ -59,30 +62,54 @@ class ProbeSettings:
         return f"probe-{self.dataset}" + {("single",): "", ("ms",): "-ms"}.get(self.groups, "-both")
 
 
-def parse_multiscale(value: Any) -> tuple[str, ...]:
-    """``multiscale`` -> head groups: 0 -> (single,), 1 -> (ms,), both -> (single, ms)."""
-    text = str(value).strip().lower()
-    if text in ("0", "false", "no", "single"):
-        return ("single",)
-    if text in ("1", "true", "yes", "ms"):
-        return ("ms",)
-    if text == "both":
-        return ("single", "ms")
-    raise ConfigError(f"multiscale must be 0, 1 or both, got {value!r}")
+MULTISCALE = {"0": ("single",), "1": ("ms",), "both": ("single", "ms")}  # multiscale -> head groups
+
+# Every key of configs/probe.yaml and its rule (eval/settings_rules.py); datasets.<name> in DATASET_RULES.
+RULES = {
+    **COMMON,
+    "dataset": text(),  # a known one: resolve_settings, with UnknownDatasetError
+    "multiscale": one_of(*MULTISCALE),
+    "layers": BLOCKS,
+    "ms_layers": optional(BLOCKS),
+    "ms_blocks": integer(1),
+    "resolution": optional(integer(1)),  # a multiple of the patch: sizes_for, per backbone
+    "bn": boolean(),
+    "augmentation": one_of(*AUGMENTATIONS),
+    "lrs": non_empty_list(number(0, low_open=True), "finite numbers > 0"),
+    "epochs": integer(1),
+    "batch_size": integer(1),
+    "optimizer": one_of(*OPTIMIZERS),
+    "weight_decay": number(0),
+    "val_every": integer(0),
+    "cpu_threads": optional(integer(1)),
+    "amp": boolean(),
+    "extract_batch_size": integer(1),
+    "num_workers": optional(integer(0)),
+    "cache": one_of(*CACHES),
+    "keep_cache": boolean(),
+    "save_predictions": boolean(),
+    "figure_images": integer(0),
+    "progress": boolean(),
+}
+DATASET_RULES = {
+    "train_split": text(),
+    "val_split": text(),
+    "resolution": integer(1),
+    "label_size": optional(integer(1)),
+    "train_subset": optional(integer(1)),
+    "val_subset": optional(integer(1)),
+}
+
+
+def rules_for(dataset: str) -> dict[str, Rule]:
+    """The rules of a probe on ``dataset``: ``RULES``, its data root and its ``datasets.<dataset>`` block."""
+    return {**RULES, f"roots.{dataset}": text(), **{f"datasets.{dataset}.{k}": r for k, r in DATASET_RULES.items()}}
 
 
 def spread_layers(depth: int, count: int) -> list[int]:
-    """``count`` blocks spread evenly over ``depth``, ending at the last: 12, 4 -> [2, 5, 8, 11]."""
-    if count < 1:
-        raise ConfigError(f"ms_blocks must be at least 1, got {count}")
+    """``count`` blocks (``ms_blocks``, >= 1 by its rule) spread evenly over ``depth``, ending at the last:
+    12, 4 -> [2, 5, 8, 11]."""
     return sorted({max(0, round((k + 1) * depth / count) - 1) for k in range(count)})
-
-
-def _choice(cfg: DictConfig, key: str, allowed: tuple[str, ...]) -> str:
-    value = str(cfg[key])
-    if value not in allowed:
-        raise ConfigError(f"{key} must be {' or '.join(allowed)}, got {value!r}")
-    return value
 
 
 def resolve_settings(cfg: DictConfig) -> ProbeSettings:
@@ -90,21 +117,14 @@ def resolve_settings(cfg: DictConfig) -> ProbeSettings:
     name = str(cfg.dataset)
     if name not in SEGMENTATION_DATASETS:
         raise UnknownDatasetError(f"unknown dataset {name!r}; expected one of: {', '.join(SEGMENTATION_DATASETS)}")
-    if name not in cfg.datasets or cfg.roots.get(name) is None:
+    if name not in cfg.datasets or name not in cfg.roots:
         raise ConfigError(f"configs/probe.yaml has no datasets.{name} block or roots.{name}")
-    lrs = tuple(float(lr) for lr in cfg.lrs)
-    if not lrs or min(lrs) <= 0:
-        raise ConfigError(f"lrs must be a non-empty list of positive learning rates, got {list(lrs)}")
-    _choice(cfg, "augmentation", AUGMENTATIONS)
-    _choice(cfg, "cache", CACHES)
-    _choice(cfg, "optimizer", OPTIMIZERS)
-    if cfg.resolution is not None and int(cfg.resolution) <= 0:
-        raise ConfigError(f"resolution must be a positive number of pixels or null, got {cfg.resolution}")
-    for key in ("epochs", "batch_size", "ms_blocks"):
-        if int(cfg[key]) < 1:
-            raise ConfigError(f"{key} must be at least 1, got {cfg[key]}")
-    return ProbeSettings(cfg, name, str(cfg.roots[name]), cfg.datasets[name], parse_multiscale(cfg.multiscale),
-                         lrs, resolve_device(str(cfg.device)))
+    check_rules(cfg, rules_for(name))
+    if cfg.keep_cache and cfg.cache != "disk":
+        raise ConfigError(f"keep_cache=true keeps disk caches only, got cache={cfg.cache!r}; "
+                          "set cache=disk or keep_cache=false")
+    return ProbeSettings(cfg, name, str(cfg.roots[name]), cfg.datasets[name], MULTISCALE[str(cfg.multiscale)],
+                         tuple(float(lr) for lr in cfg.lrs), resolve_device(str(cfg.device)))
 
 
 def layers_for(settings: ProbeSettings, depth: int) -> dict[str, list[int]]:

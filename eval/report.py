@@ -2,7 +2,7 @@
 
 ``CKPT="runs/a runs/b random"`` gives one row or column per backbone; the probe, TokenCut and
 PCA (and the benchmarks) write their tables with ``markdown_table`` so they read the same, and ``compare_dir`` says
-where a table over several backbones goes (``runs/compare/``).
+where a table over several backbones goes (``runs/compare/`` or ``<out>/compare/``).
 """
 from __future__ import annotations
 
@@ -34,9 +34,10 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], float_
     return "\n".join(lines) + "\n"
 
 
-def compare_dir(runs_root: str | os.PathLike = "runs") -> Path:
-    """Where tables over several backbones are written."""
-    return Path(runs_root) / "compare"
+def compare_dir(runs_root: str | os.PathLike = "runs", out: str | os.PathLike | None = None) -> Path:
+    """Where tables over several backbones are written: ``<runs_root>/compare``, or ``<out>/compare``
+    when the evaluator's ``out`` names an output folder."""
+    return Path(runs_root if out is None else out) / "compare"
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

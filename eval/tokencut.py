@@ -11,9 +11,11 @@ batched eigensolve; CorLoc (``eval.corloc``) counts every image. A block whose g
 complete has no defined Ncut and no CorLoc; the best block is chosen among the others
 (``eval.tokencut_result``).
 
-The evaluator's shape: settings checked once (``check_settings``), ``evaluate`` computes a
-``BackboneResult`` per backbone, ``eval.tokencut_outputs.write_outputs`` writes it (JSON, boxes CSV,
-figure, TensorBoard under ``<run>/eval/``), and ``run`` adds the table over backbones.
+The evaluator's shape: settings checked once (``check_settings``, the rules in ``RULES``) and the
+output folders checked (``eval.output_dirs``) before any backbone is loaded or image read,
+``evaluate`` computes a ``BackboneResult`` per backbone, ``eval.tokencut_outputs.write_outputs``
+writes it (JSON, boxes CSV, figure, TensorBoard under ``<run>/eval/``, or ``<out>/<backbone>/``
+with ``out=<folder>``), and ``run`` adds the table over backbones.
 """
 from __future__ import annotations
 
@@ -36,8 +38,11 @@ from .backbones import BackboneSpec, load_spec, resolve_backbones
 from .corloc import best_iou
 from .devices import resolve_device
 from .images import normalized, pad_to_multiple
+from .output_dirs import check_outputs
 from .ncut import UNIQUE_GAP, Discovery, affinity, discover, lapack_spectrum, ncut_spectrum, reference_spectrum
 from .report import compare_dir, write_text
+from .settings_rules import (BLOCKS_OR_ALL, COMMON, Rule, check_rules, integer, number, one_of, optional,
+                             require_feature_out_for_norm, text)
 from .tokencut_outputs import comparison, output_stem, plot_comparison, write_outputs
 from .tokencut_result import BackboneResult
 
@@ -146,21 +151,37 @@ def evaluate(spec: BackboneSpec, dataset: Any, count: int, cfg: DictConfig, devi
     return result
 
 
+# Every key of configs/tokencut.yaml and its rule (eval/settings_rules.py); roots.<dataset> in rules_for.
+RULES = {
+    **COMMON,
+    "dataset": text(),  # a known one: check_settings, with UnknownDatasetError
+    "split": optional(text()),
+    "max_images": optional(integer(1)),
+    "layers": BLOCKS_OR_ALL,  # in range: per backbone
+    "feature": one_of(*FEATURES),
+    "tau": number(-1, 1, low_open=True),  # a cosine threshold; +-1 would cut every edge or none
+    "eps": number(0, 1, low_open=True),   # the weight of a cut edge, below the weight 1 of a kept one
+    "solver": one_of(*SOLVERS),
+    "solver_dtype": one_of(*DTYPES),
+    "num_workers": integer(0),
+    "figure_images": integer(0),
+}
+
+
+def rules_for(dataset: str) -> dict[str, Rule]:
+    """``RULES`` and the data root of ``dataset``."""
+    return {**RULES, f"roots.{dataset}": text()}
+
+
 def check_settings(cfg: DictConfig) -> tuple[torch.device, str]:
     """Every check of the user's input that needs no backbone; returns the device and the split."""
-    if cfg.solver not in SOLVERS:
-        raise ConfigError(f"unknown solver {cfg.solver!r}; expected one of: {', '.join(SOLVERS)}")
-    if cfg.solver_dtype not in DTYPES:
-        raise ConfigError(f"unknown solver_dtype {cfg.solver_dtype!r}; expected one of: {', '.join(DTYPES)}")
-    if cfg.feature not in FEATURES:
-        raise ConfigError(f"unknown feature {cfg.feature!r}; expected one of: {', '.join(FEATURES)}")
     if cfg.dataset not in DISCOVERY_DATASETS:
         raise UnknownDatasetError(f"unknown TokenCut dataset {cfg.dataset!r}; expected one of: "
                                   f"{', '.join(DISCOVERY_DATASETS)}")
-    if cfg.roots.get(cfg.dataset) is None:
+    if cfg.dataset not in cfg.roots or cfg.roots[cfg.dataset] is None:
         raise ConfigError(f"no data root for {cfg.dataset}: set roots.{cfg.dataset}=<folder> (data/README.md)")
-    if cfg.max_images is not None and int(cfg.max_images) < 1:
-        raise ConfigError(f"max_images must be a positive number of images or null, got {cfg.max_images}")
+    check_rules(cfg, rules_for(cfg.dataset))
+    require_feature_out_for_norm(cfg)
     split = DISCOVERY_DATASETS[cfg.dataset].split if cfg.split is None else str(cfg.split)
     return resolve_device(cfg.device), split
 
@@ -168,7 +189,8 @@ def check_settings(cfg: DictConfig) -> tuple[torch.device, str]:
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Evaluate every backbone of ``cfg.ckpt`` on ``cfg.dataset``; returns their summaries."""
     device, split = check_settings(cfg)
-    specs = resolve_backbones(cfg.ckpt, cfg.runs_root)
+    specs = resolve_backbones(cfg.ckpt, cfg.runs_root, out=cfg.out)
+    check_outputs(specs, cfg.runs_root, cfg.out)
     dataset = build_discovery(cfg.dataset, cfg.roots[cfg.dataset], split)
     count = len(dataset) if cfg.max_images is None else min(len(dataset), int(cfg.max_images))
     summaries = []
@@ -190,7 +212,7 @@ def run(cfg: DictConfig) -> list[dict[str, Any]]:
     table = comparison(summaries)
     print(f"\nTokenCut CorLoc (%) on {cfg.dataset} ({count} images, feature {cfg.feature}):\n{table}")
     if len(summaries) > 1:
-        where = compare_dir(cfg.runs_root)
+        where = compare_dir(cfg.runs_root, cfg.out)
         stem = output_stem(cfg)
         write_text(where / f"{stem}.md", f"# TokenCut CorLoc (%) on {cfg.dataset}, "
                    f"{count} images, feature {cfg.feature}\n\n{table}")

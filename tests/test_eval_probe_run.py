@@ -123,13 +123,13 @@ def test_flip_augmentation_caches_a_mirrored_view(setup):
 @pytest.mark.parametrize("extra, message", [
     (["dataset=pascal"], "expected one of: default, voc, ade20k, cocostuff"),
     (["dataset=voc", "roots.voc=/nowhere"], "VOCdevkit/VOC2012"),
-    (["multiscale=2"], "multiscale must be 0, 1 or both"),
+    (["multiscale=2"], "multiscale must be one of 0, 1, both, got 2"),
     (["resolution=30"], "not a multiple of the patch size 16"),
     (["lyaer=3"], "unknown config key 'lyaer'"),
-    (["augmentation=crop"], "augmentation must be none or flip"),
+    (["augmentation=crop"], "augmentation must be one of none, flip, got 'crop'"),
     (["layers=5"], "out of range"),
-    (["lrs=[]"], "lrs must be a non-empty list"),
-    (["optimizer=lion"], "optimizer must be adamw or sgd"),
+    (["lrs=[]"], "lrs must be a non-empty list of finite numbers > 0, got []"),
+    (["optimizer=lion"], "optimizer must be one of adamw, sgd, got 'lion'"),
     (["device=cuda:7"] if not torch.cuda.is_available() else ["device=tpu"], "device"),
 ])
 def test_bad_input_is_one_clear_error(setup, extra, message):

@@ -76,9 +76,9 @@ def test_tokencut_one_block_and_every_solver_gives_the_same_boxes(setup):
 @pytest.mark.parametrize("arg, message", [
     ("dataset=voc2007", "unknown TokenCut dataset"),
     ("layers=5", "block 5 is out of range"),
-    ("feature=attn", "unknown feature"),
+    ("feature=attn", "feature must be one of k, q, v, out, got 'attn'"),
     ("device=cuda:7" if not torch.cuda.is_available() else "device=tpu", "device"),
-    ("solver=magma", "unknown solver"),
+    ("solver=magma", "solver must be one of auto, torch, lapack, scipy"),
     ("roots.default=/nowhere", "make data"),
     ("dataset_name=x", "unknown config key"),
 ])
