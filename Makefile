@@ -17,6 +17,7 @@ MULTISCALE ?=
 LAYER ?=
 CKPT ?=
 IMAGES ?=
+OUT ?=
 GPUS ?=
 NODES ?=
 RESUME ?=
@@ -24,14 +25,11 @@ ARGS ?=
 
 # Optional keys are passed only when set, so the YAML defaults stay in charge.
 opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
+qopt = $(if $(strip $(2)),$(1)="$(strip $(2))")
 PRETRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
-
-# Evaluators arrive module by module; a target whose module is missing says so in one sentence.
-need = @$(PY) -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$(1)') is None)" 2>/dev/null \
-  || { echo "error: 'make $@' needs the module $(1), which is not part of this checkout yet"; exit 2; }
 
 .DEFAULT_GOAL := help
 .PHONY: help setup data pretrain probe tokencut pca bench tensorboard test clean
@@ -54,6 +52,7 @@ help: ## list targets and variables
 	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); released weights:"
 	@echo "       CKPT=dino_deitsmall16_pretrain.pth:vit_small (a state dict + its arch) or CKPT=timm:<cached timm name>"
+	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
 
 $(STAMP): pyproject.toml
@@ -71,17 +70,14 @@ pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= R
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=
-	$(call need,eval.probe)
 	$(PY) -m eval.probe $(call opt,dataset,$(DATASET)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \
-	  $(call opt,ckpt,"$(CKPT)") $(ARGS)
+	  $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
 
 tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= ARGS=
-	$(call need,eval.tokencut)
-	$(PY) -m eval.tokencut $(call opt,dataset,$(DATASET)) $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(ARGS)
+	$(PY) -m eval.tokencut $(call opt,dataset,$(DATASET)) $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
 
 pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
-	$(call need,eval.pca)
-	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call opt,ckpt,"$(CKPT)") $(call opt,images,$(IMAGES)) $(ARGS)
+	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,images,$(IMAGES)) $(call opt,out,$(OUT)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json
 	$(PY) -m bench $(ARGS)

@@ -34,3 +34,16 @@ def test_make_data_reads_root_and_sizes_from_the_yaml():
 def test_help_lists_the_recipes_and_the_default_choices():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "RECIPE=demo|paper|paper-dino300" in out and "data=default: demo" in out
+
+
+def _eval_line(target: str, *args: str) -> str:
+    out = subprocess.run(["make", "-n", "-s", "STAMP=", "PY=python", target, *args], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    return " ".join(out.replace("\\\n", " ").split())
+
+
+@pytest.mark.parametrize("target", ["probe", "tokencut", "pca"])
+def test_make_evaluators_pass_only_what_is_set(target):
+    assert _eval_line(target) == f"python -m eval.{target}"
+    line = _eval_line(target, "CKPT=runs/a random", "LAYER=-1", "OUT=/tmp/o")
+    assert 'ckpt="runs/a random"' in line and "layers=-1" in line and "out=/tmp/o" in line
