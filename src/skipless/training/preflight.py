@@ -38,7 +38,8 @@ def read_resume_checkpoint(path: Path) -> dict[str, Any]:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
     except Exception as err:  # truncated (no zip directory), not a torch file, or unpicklable
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        text = str(err).strip()
+        reason = text.splitlines()[0].split(". ")[0] if text else type(err).__name__  # torch adds advice
         raise CheckpointUnreadableError(
             f"the checkpoint to resume, {path}, cannot be read ({reason}); restore a good copy of it, "
             f"or start anew without RESUME=1 under another run.name=") from err
