@@ -124,8 +124,8 @@ def test_divergence_names_the_checkpoint_only_when_it_exists_and_a_third_of_the_
     run = tmp_path / "myrun"
     first = divergence_message(cfg, 2, "loss nan", 1e-3, run)
     assert "no checkpoint exists yet" in first and "last.ckpt" not in first
-    assert first.endswith('lower model.lr.soap to a third and start anew: ARGS="model.lr.soap=0.0001 '
-                          'run.name=myrun-lr0.0001"')
+    assert first.endswith("lower model.lr.soap to a third and start anew, adding to ARGS: model.lr.soap=0.0001 "
+                          "run.name=myrun-lr0.0001")
     (run / "checkpoints").mkdir(parents=True)
     (run / "checkpoints" / "last.ckpt").write_bytes(b"")
     later = divergence_message(cfg, 70, "loss nan", 1e-3, run)

@@ -213,4 +213,4 @@ def divergence_message(cfg: DictConfig, step: int, what: str, peak: float, run_d
     args = [f"{key}={lower}"] + ([f"run.name={run_dir.name}-lr{lower}"] if run_dir is not None else [])
     return (f"training diverged at step {step} ({what}) for model {m.name} (residual {m.residual}, init {m.init}) "
             f"with {o.name} at peak lr {peak:.3g} ({key}={float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} "
-            f"x global batch / 256); {kept}; lower {key} to a third and start anew: ARGS=\"{' '.join(args)}\"")
+            f"x global batch / 256); {kept}; lower {key} to a third and start anew, adding to ARGS: {' '.join(args)}")
