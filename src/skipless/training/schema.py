@@ -20,6 +20,8 @@ from typing import Any, Callable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ..config import ConfigError
+from ..optim import OPTIMIZERS
+from .data import DATASETS
 
 PRECISIONS = ("auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
@@ -107,7 +109,7 @@ RULES: dict[str, Rule] = {
     "dino.local_crops_number": COUNT,
     "dino.global_crop_size": POSITIVE_INT,
     "dino.local_crop_size": POSITIVE_INT,
-    "optim.name": one_of("adamw", "soap"),
+    "optim.name": one_of(*OPTIMIZERS),
     "optim.lr": POSITIVE,
     "optim.lr_scale": POSITIVE,
     "optim.min_lr": NON_NEGATIVE,
@@ -138,7 +140,7 @@ RULES: dict[str, Rule] = {
     "train.max_steps": Rule(lambda v: _int(v) and (v == -1 or v >= 1), "-1 (all epochs) or a positive integer"),
     "train.limit_train_batches": Rule(lambda v: (_int(v) and v >= 1) or (_real(v) and 0 < v <= 1),
                                       "a fraction in (0, 1] or a positive number of batches"),
-    "data.name": one_of("default", "imagenet"),
+    "data.name": one_of(*DATASETS),
     "data.root": NAME,
     "data.n_train": POSITIVE_INT,
     "data.n_val": POSITIVE_INT,
