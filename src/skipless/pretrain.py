@@ -20,16 +20,19 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 from torch import nn
 
-from .config import ConfigError, load_config, save_config
+from .config import load_config, save_config
 from .errors import SkiplessError
 from .models import create_vit
 from .ssl.dino_module import DINO
 from .ssl.errors import NothingToResumeError
 from .summary import pretrain_header
-from .training.callbacks import DivergenceGuard, EpochCheckpoint, ExportTeacher, KNNMonitor, RNGState
+from .training.callbacks import DivergenceGuard, EpochCheckpoint, ExportTeacher, KNNMonitor, RNGState, RunSummary
 from .training.checkpoint_io import AtomicCheckpointIO
 from .training.data import knn_loaders, pretrain_dataset, pretrain_loader
+from .training.interrupt import fit, resume_message
+from .training.preflight import check_run_folder, read_resume_checkpoint
 from .training.run_folder import check_new_run, is_first_process, record_resume, resume_changes
+from .training.schema import check_pretrain_config
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -55,11 +58,10 @@ def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Settings that load but cannot run as asked, each refused in one sentence."""
-    late = [int(e) for e in cfg.train.export_epochs if not 1 <= int(e) <= int(cfg.train.epochs)]
-    if late:
-        raise ConfigError(f"train.export_epochs lists epochs {late} outside 1..train.epochs={cfg.train.epochs}; "
-                          f"set train.export_epochs=[...] to epochs the run reaches (or [] for none)")
+    """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py),
+    and a run folder that could not be written."""
+    check_pretrain_config(cfg)
+    check_run_folder(run_dir_of(cfg))
 
 
 def _precision(cfg: DictConfig) -> str:
@@ -82,6 +84,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.C
         ExportTeacher(run_dir, epochs=cfg.train.export_epochs),
         EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints),
         TQDMProgressBar(refresh_rate=1),
+        RunSummary(run_dir),
         *extra_callbacks,
     ]
     loaders = knn_loaders(cfg) if cfg.train.knn_every_n_epochs else None
@@ -117,6 +120,8 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     if cfg.run.resume and not last.is_file():
         raise NothingToResumeError(f"RESUME=1 but there is no checkpoint to resume at {last}; "
                                    "start the run without RESUME or name the run with run.name=")
+    if cfg.run.resume:
+        read_resume_checkpoint(last)
     first = is_first_process()  # the folder rules are checked once, by rank 0 (run_folder.py)
     changes = resume_changes(cfg, run_dir) if first and cfg.run.resume else {}
     if first and not cfg.run.resume:
@@ -132,20 +137,25 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
         save_config(cfg, run_dir)
         if cfg.run.resume:
             record_resume(run_dir, changes)
-    trainer.fit(module, train_dataloaders=loader, ckpt_path=str(last) if cfg.run.resume else None)
+    fit(trainer, module, loader, ckpt_path=str(last) if cfg.run.resume else None)
     return trainer, module
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    run_dir = None
     try:
         cfg = load_config("pretrain", argv)
+        check_config(cfg)
         run_dir = run_dir_of(cfg)
         print(pretrain_header(cfg, run_dir), flush=True)
         trainer, _ = pretrain(cfg)
     except SkiplessError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"error: {resume_message(argv, run_dir)}", file=sys.stderr)
+        return 130
     if not trainer.is_global_zero:
         return 0
     print(f"done: teacher backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)

@@ -15,14 +15,20 @@ from typing import Any, Callable
 
 from PIL import Image, UnidentifiedImageError
 
-from .errors import CorruptImageWarning, missing_dataset
+from .errors import CorruptImageWarning, MalformedDatasetError, missing_dataset
 from .voc import VOCImages
 
 __all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages"]
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 LAYOUT = "an image folder, <root>/<class>/<image>.jpg (ImageNet train/) or flat <root>/<image>.jpg"
+READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError)  # what PIL raises on a bad file
 log = logging.getLogger(__name__)
+
+
+def _decode(path: Path) -> Image.Image:
+    with Image.open(path) as image:
+        return image.convert("RGB")  # decodes fully: truncated files fail here
 
 
 def list_images(root: Path) -> list[Path]:
@@ -60,13 +66,28 @@ class ImageFolderDataset:
         for step in range(len(self.files)):
             path = self.files[(index + step) % len(self.files)]
             try:
-                with Image.open(path) as image:
-                    image = image.convert("RGB")  # decodes fully: truncated files fail here
-            except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
+                image = _decode(path)
+            except READ_ERRORS as error:
                 self._skip(path, error)
                 continue
             return self.transform(image) if self.transform is not None else image
         raise RuntimeError(f"no image under {self.root} could be read ({self.skipped} failures)")
+
+    def check_readable(self) -> None:
+        """Refuse a folder in which no image decodes (``MalformedDatasetError``), before training.
+
+        Files are tried in order until one decodes: a single read on a healthy folder. These trial
+        reads are not counted in ``skipped``."""
+        first = ""
+        for path in self.files:
+            try:
+                _decode(path)
+                return
+            except READ_ERRORS as error:
+                first = first or f"{path.name}: {type(error).__name__}: {error}"
+        raise MalformedDatasetError(
+            f"none of the {len(self.files)} images under data.root={self.root} can be read (first: {first}); "
+            "expected readable jpg/png/bmp/webp files; check the copy or point data.root= at another folder")
 
     def _skip(self, path: Path, error: Exception) -> None:
         self.skipped += 1

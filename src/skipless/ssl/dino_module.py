@@ -12,6 +12,7 @@ same recipe; the center is all-reduced (``DINOLoss.update_center``).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import lightning.pytorch as pl
@@ -185,7 +186,9 @@ class DINO(pl.LightningModule):
         if self._trainer is not None:  # every rank stops together, none hangs in an all-reduce
             finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
         if not finite:
-            raise DivergenceError(divergence_message(self.cfg, step, f"loss {float(loss.detach())}", self.base_lr()))
+            run_dir = Path(self.trainer.default_root_dir) if self._trainer is not None else None
+            raise DivergenceError(divergence_message(self.cfg, step, f"loss {float(loss.detach())}", self.base_lr(),
+                                                     run_dir))
 
     def _log_crops(self, crops: list[torch.Tensor]) -> None:
         experiment = getattr(self.logger, "experiment", None)
@@ -196,11 +199,18 @@ class DINO(pl.LightningModule):
             experiment.add_images("crops/local", denormalize(torch.stack([c[0] for c in crops[2:]]).float()), 0)
 
 
-def divergence_message(cfg: DictConfig, step: int, what: str, peak: float) -> str:
-    """One sentence: where it diverged, with which model, the effective peak lr, the key that sets it."""
+def divergence_message(cfg: DictConfig, step: int, what: str, peak: float, run_dir: Path | None = None) -> str:
+    """One sentence: where it diverged, with which model, the effective peak lr, the key that sets it,
+    the checkpoint that is kept (only if ``<run_dir>/checkpoints/last.ckpt`` exists) and the next
+    value to try: a third of the base lr, as the ``key=value`` to pass."""
     m, o = cfg.model, cfg.optim
-    key = lr_key(cfg)
+    key, lower = lr_key(cfg), f"{float(o.lr) / 3:.2g}"
+    last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
+    if last is not None and last.is_file():
+        kept = f"the last good checkpoint {last} is kept"
+    else:
+        kept = "no checkpoint exists yet (one is written at each epoch end)"
+    args = [f"{key}={lower}"] + ([f"run.name={run_dir.name}-lr{lower}"] if run_dir is not None else [])
     return (f"training diverged at step {step} ({what}) for model {m.name} (residual {m.residual}, init {m.init}) "
             f"with {o.name} at peak lr {peak:.3g} ({key}={float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} "
-            f"x global batch / 256); the run stopped and the last good checkpoint is kept, so lower {key} "
-            f"(ARGS=\"{key}={float(o.lr) / 3:.2g}\") and resume or restart")
+            f"x global batch / 256); {kept}; lower {key} to a third and start anew, adding to ARGS: {' '.join(args)}")

@@ -1,7 +1,8 @@
 """Callbacks of a pretraining run: the divergence guard, RNG state in checkpoints, epoch-end
-checkpoints, the teacher export, the k-NN monitor."""
+checkpoints, the teacher export, the k-NN monitor, the run summary (skipped images, final loss)."""
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 
 from ..analysis.knn import knn_accuracy
+from ..atomic import atomic_write
 from ..models import create_vit, save_backbone
 from ..ssl.dino_module import divergence_message
 from ..ssl.errors import DivergenceError
@@ -27,7 +29,7 @@ class DivergenceGuard(pl.Callback):
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
             raise DivergenceError(divergence_message(pl_module.cfg, trainer.global_step,
                                                      f"non-finite parameter {bad or 'on another rank'}",
-                                                     pl_module.base_lr()))
+                                                     pl_module.base_lr(), Path(trainer.default_root_dir)))
 
 
 class RNGState(pl.Callback):
@@ -139,3 +141,58 @@ class KNNMonitor(pl.Callback):
 def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:
     for logger in trainer.loggers:
         logger.log_metrics({name: value}, step=trainer.global_step)
+
+
+class RunSummary(pl.Callback):
+    """Counts the unreadable images skipped (over every worker and rank), says so at each epoch end
+    that skipped any and at the end of the run, and writes ``<run>/summary.json`` (atomically) when
+    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss.
+
+    The count comes from the loader's ``SkipTally`` (``training/data.py``); each skipped file is also
+    named once by a ``CorruptImageWarning`` where it happens.
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / "summary.json"
+        self.epochs_done, self.skipped, self.final_loss = 0, 0, None
+
+    def _skipped_so_far(self, trainer: pl.Trainer) -> int:
+        tally = getattr(trainer.train_dataloader, "dataset", None)
+        local = torch.tensor(float(getattr(tally, "total", 0)), device=trainer.strategy.root_device)
+        return int(trainer.strategy.reduce(local, reduce_op="sum"))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.epochs_done = trainer.current_epoch  # a resumed run starts after its finished epochs
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            self.final_loss = float(loss)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        total = self._skipped_so_far(trainer)
+        new, self.skipped = total - self.skipped, total
+        self.epochs_done = trainer.current_epoch + 1
+        _log_scalar(trainer, "data/skipped_images", float(total))
+        if new and trainer.is_global_zero:
+            print(f"epoch {self.epochs_done}: {new} unreadable images skipped ({total} in this run so far; "
+                  "each is named in a CorruptImageWarning)", flush=True)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.skipped = self._skipped_so_far(trainer)
+        if trainer.is_global_zero:
+            if self.skipped:
+                print(f"run end: {self.skipped} unreadable images skipped in all (see {self.path})", flush=True)
+            self._write(trainer, "finished")
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if trainer.is_global_zero:  # no collective here: another rank may be gone
+            self.skipped = max(self.skipped, int(getattr(getattr(trainer.train_dataloader, "dataset", None),
+                                                         "total", 0)))
+            self._write(trainer, "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed")
+
+    def _write(self, trainer: pl.Trainer, status: str) -> None:
+        summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,
+                   "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self.final_loss}
+        text = json.dumps(summary, indent=1) + "\n"
+        atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))

@@ -3,6 +3,10 @@
 ``default``: the embedded generated scenes (VOC layout, generated on first use); pretraining reads
 the train split's images, and the k-NN monitor labels train and val images with their dominant
 object class. ``imagenet``: an ImageNet-style folder at ``cfg.data.root`` (labels unused).
+
+The loader is checked against the dataset before any trainer or run folder exists: a dataset with
+fewer images than one batch per device is refused in one sentence. Its dataset is wrapped in a
+``SkipTally``, which sums the unreadable images skipped in every DataLoader worker process.
 """
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from typing import Callable
 
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torchvision import transforms
 
 from ..config import ConfigError
@@ -20,6 +24,7 @@ from ..data.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ..ssl.multicrop import MultiCropAugmentation, collate_multicrop
+from ..summary import world_size
 
 DATASETS = ("default", "imagenet")
 
@@ -41,10 +46,62 @@ def pretrain_dataset(cfg: DictConfig) -> Dataset:
         root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,
                               seed=cfg.data.seed)
         return VOCImages(root, "train", transform=aug)
-    return ImageFolderDataset(cfg.data.root, transform=aug)
+    images = ImageFolderDataset(cfg.data.root, transform=aug)
+    images.check_readable()  # a folder of only unreadable files: one sentence now, not a worker traceback
+    return images
+
+
+class SkipTally(Dataset):
+    """``dataset`` with a count of the unreadable images it skipped, summed over worker processes.
+
+    A reader counts its skips in its own process (``dataset.skipped``); a DataLoader worker's count
+    is out of the main process's reach. Here each worker adds its skips to its own slot of a tensor
+    in shared memory (slot 0: the main process), so ``total`` sums them without locks. Workers that
+    prefetch past a stopped epoch (``limit_train_batches``, ``max_steps``) count the reads they made.
+    """
+
+    def __init__(self, dataset: Dataset, num_workers: int) -> None:
+        self.dataset = dataset
+        self.slots = torch.zeros(num_workers + 1, dtype=torch.int64).share_memory_()
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        before = getattr(self.dataset, "skipped", 0)
+        item = self.dataset[index]
+        skipped = getattr(self.dataset, "skipped", 0) - before
+        if skipped:
+            worker = get_worker_info()
+            self.slots[0 if worker is None else worker.id + 1] += skipped
+        return item
+
+    @property
+    def total(self) -> int:
+        """Unreadable images skipped so far, all processes together."""
+        return int(self.slots.sum())
+
+
+def check_one_batch(cfg: DictConfig, n_images: int) -> None:
+    """Refuse a dataset that cannot fill one batch per device (0 steps per epoch)."""
+    batch, world = int(cfg.train.batch_size_per_device), world_size(cfg) or 1
+    limit = cfg.train.limit_train_batches
+    steps = n_images // world // batch
+    if steps == 0:
+        most = n_images // world
+        fix = f"set train.batch_size_per_device={most} or less, or " if most else ""
+        raise ConfigError(f"data.root={cfg.data.root} holds {n_images} training images, fewer than one batch of "
+                          f"train.batch_size_per_device={batch} on each of {world} device(s); expected at least "
+                          f"{batch * world}: {fix}add images")
+    if isinstance(limit, float) and int(steps * limit) == 0:
+        raise ConfigError(f"train.limit_train_batches={limit:g} of {steps} batches per epoch leaves none; "
+                          f"expected at least {1 / steps:.3g} (or 1.0)")
 
 
 def pretrain_loader(cfg: DictConfig, dataset: Dataset) -> DataLoader:
+    """The shuffled loader of ``dataset`` (wrapped in a ``SkipTally``); refuses one with no full batch."""
+    check_one_batch(cfg, len(dataset))
+    dataset = SkipTally(dataset, cfg.train.num_workers)
     return DataLoader(dataset, batch_size=cfg.train.batch_size_per_device, shuffle=True, drop_last=True,
                       num_workers=cfg.train.num_workers, collate_fn=collate_multicrop,
                       pin_memory=torch.cuda.is_available(),

@@ -58,7 +58,7 @@ def is_first_process() -> bool:
     return True
 
 
-def _free_name(folder: Path) -> str:
+def free_name(folder: Path) -> str:
     """The next free ``<name>-<k>`` beside ``folder`` (``x`` -> ``x-2``, ``x-2`` -> ``x-3``)."""
     match = re.fullmatch(r"(.+)-(\d+)", folder.name)
     base, k = (match.group(1), int(match.group(2)) + 1) if match else (folder.name, 2)
@@ -75,7 +75,7 @@ def check_new_run(run_dir: Path) -> None:
     shown = ", ".join(held[:5]) + (" ..." if len(held) > 5 else "")
     raise RunFolderTakenError(
         f"{run_dir} already holds a run ({shown}); continue it with RESUME=1 (run.resume=true), or start a new "
-        f"run under another name with run.name={_free_name(run_dir)} (nothing was written)")
+        f"run under another name with run.name={free_name(run_dir)} (nothing was written)")
 
 
 def _flat(cfg: DictConfig | dict) -> dict[str, Any]:

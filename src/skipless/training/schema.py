@@ -1,0 +1,226 @@
+"""What each key of a pretraining config may hold, checked before anything is written or loaded.
+
+``RULES`` maps every key of ``configs/pretrain.yaml`` and its groups to a ``Rule``: the values it
+accepts and the words that say so. It states types and ranges only; the defaults stay in the YAML
+files (one place each). ``RELATIONS`` are the checks between keys (a warm-up within the training,
+crop sizes that tile into patches). ``check_pretrain_config`` refuses the first bad value in one
+sentence that names the key, its value and what was expected:
+
+    train.epochs=0; expected a positive integer
+
+A key of the config without a rule is a bug of this file (a test walks every group choice).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any, Callable
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from ..config import ConfigError
+from ..optim import OPTIMIZERS
+from .data import DATASETS
+
+PRECISIONS = ("auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``check(value)`` is true for the values a key accepts; ``expected`` says which, in words."""
+
+    check: Callable[[Any], bool]
+    expected: str
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _pair(v: Any, item: Callable[[Any], bool]) -> bool:
+    return isinstance(v, (list, tuple)) and len(v) == 2 and all(item(x) for x in v)
+
+
+def optional(rule: Rule) -> Rule:
+    return Rule(lambda v: v is None or rule.check(v), f"null or {rule.expected}")
+
+
+def one_of(*choices: Any) -> Rule:
+    return Rule(lambda v: v in choices and not isinstance(v, bool), "one of " + ", ".join(map(str, choices)))
+
+
+POSITIVE_INT = Rule(lambda v: _int(v) and v >= 1, "a positive integer")
+COUNT = Rule(lambda v: _int(v) and v >= 0, "an integer >= 0")
+INT = Rule(_int, "an integer")
+BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
+NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "a non-empty name")
+POSITIVE = Rule(lambda v: _real(v) and v > 0, "a finite number > 0")
+NON_NEGATIVE = Rule(lambda v: _real(v) and v >= 0, "a finite number >= 0")
+REAL = Rule(_real, "a finite number")
+UNIT = Rule(lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]")
+UNIT_OPEN = Rule(lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)")
+CROP_SCALE = Rule(lambda v: _pair(v, _real) and 0 < v[0] <= v[1] <= 1,
+                  "a pair [lo, hi] with 0 < lo <= hi <= 1 (fractions of the image area)")
+BETAS = Rule(lambda v: _pair(v, lambda x: _real(x) and 0 <= x < 1), "a pair [beta1, beta2], each in [0, 1)")
+WORLD = Rule(lambda v: v == "auto" or (_int(v) and v >= 1), "a positive integer or auto")
+
+RULES: dict[str, Rule] = {
+    "run.name": optional(Rule(lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and "/" not in v,
+                              "a folder name without '/'")),
+    "run.root": NAME,
+    "run.seed": INT,
+    "run.resume": BOOL,
+    "model.name": NAME,
+    "model.arch": NAME,  # create_vit refuses unknown names, listing the known ones
+    "model.patch_size": POSITIVE_INT,
+    "model.depth": optional(POSITIVE_INT),
+    "model.residual": NAME,
+    "model.init": NAME,
+    "model.init_args.alpha": optional(REAL),
+    "model.init_args.beta": optional(REAL),
+    "model.init_args.c": optional(REAL),
+    "model.init_args.center_mlp": optional(BOOL),
+    "model.alpha_min": optional(UNIT),
+    "model.pos_embed_interp": NAME,
+    "model.attention": NAME,
+    "model.global_pool": NAME,
+    "model.drop_path_rate": UNIT_OPEN,
+    "model.lr.*": POSITIVE,
+    "dino.out_dim": POSITIVE_INT,
+    "dino.hidden_dim": POSITIVE_INT,
+    "dino.bottleneck_dim": POSITIVE_INT,
+    "dino.norm_last_layer": BOOL,
+    "dino.use_bn_in_head": BOOL,
+    "dino.student_temp": POSITIVE,
+    "dino.warmup_teacher_temp": POSITIVE,
+    "dino.teacher_temp": POSITIVE,
+    "dino.warmup_teacher_temp_epochs": COUNT,
+    "dino.center_momentum": UNIT,
+    "dino.momentum_teacher": UNIT,
+    "dino.freeze_last_layer_epochs": COUNT,
+    "dino.global_crops_scale": CROP_SCALE,
+    "dino.local_crops_scale": CROP_SCALE,
+    "dino.local_crops_number": COUNT,
+    "dino.global_crop_size": POSITIVE_INT,
+    "dino.local_crop_size": POSITIVE_INT,
+    "optim.name": one_of(*OPTIMIZERS),
+    "optim.lr": POSITIVE,
+    "optim.lr_scale": POSITIVE,
+    "optim.min_lr": NON_NEGATIVE,
+    "optim.warmup_epochs": COUNT,
+    "optim.weight_decay": NON_NEGATIVE,
+    "optim.weight_decay_end": NON_NEGATIVE,
+    "optim.clip_grad": NON_NEGATIVE,
+    "optim.betas": BETAS,
+    "optim.eps": POSITIVE,
+    "optim.shampoo_beta": Rule(lambda v: _real(v) and v < 1, "a number < 1 (< 0: use optim.betas[1])"),
+    "optim.precondition_frequency": POSITIVE_INT,
+    "optim.max_precond_dim": POSITIVE_INT,
+    "optim.precondition_1d": BOOL,
+    "train.epochs": POSITIVE_INT,
+    "train.batch_size_per_device": POSITIVE_INT,
+    "train.num_workers": COUNT,
+    "train.accelerator": one_of(*ACCELERATORS),
+    "train.devices": WORLD,
+    "train.num_nodes": POSITIVE_INT,
+    "train.strategy": NAME,
+    "train.precision": one_of(*PRECISIONS),
+    "train.log_every_n_steps": POSITIVE_INT,
+    "train.knn_every_n_epochs": COUNT,
+    "train.knn_k": POSITIVE_INT,
+    "train.keep_checkpoints": BOOL,
+    "train.export_epochs": Rule(lambda v: isinstance(v, (list, tuple)) and all(_int(e) for e in v),
+                                "a list of epochs, e.g. [200, 300] or []"),
+    "train.max_steps": Rule(lambda v: _int(v) and (v == -1 or v >= 1), "-1 (all epochs) or a positive integer"),
+    "train.limit_train_batches": Rule(lambda v: (_int(v) and v >= 1) or (_real(v) and 0 < v <= 1),
+                                      "a fraction in (0, 1] or a positive number of batches"),
+    "data.name": one_of(*DATASETS),
+    "data.root": NAME,
+    "data.n_train": POSITIVE_INT,
+    "data.n_val": POSITIVE_INT,
+    "data.seed": INT,
+}
+SKIPPED = ("choices.*",)  # written by the loader (the group choices), not by a user
+
+
+def rule_of(key: str) -> Rule | None:
+    """The rule of a dotted key (exact, else the first pattern that matches)."""
+    return RULES.get(key) or next((r for k, r in RULES.items() if "*" in k and fnmatchcase(key, k)), None)
+
+
+def show(value: Any) -> str:
+    """A value as a user writes it on the command line (``nan``, ``true``, ``null``, ``[0.4, 1]``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show(v) for v in value) + "]"
+    return str(value)
+
+
+def leaves(cfg: DictConfig, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of ``cfg`` as ``{dotted key: plain value}`` (lists stay whole, as one value)."""
+    out: dict[str, Any] = {}
+    for k in cfg.keys():
+        node, key = cfg._get_node(k), f"{prefix}{k}"
+        if isinstance(node, DictConfig):
+            out.update(leaves(node, key + "."))
+        else:
+            value = cfg[k]
+            out[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    return out
+
+
+def _warmup_within(v: dict[str, Any]) -> str | None:
+    for key in ("optim.warmup_epochs", "dino.warmup_teacher_temp_epochs"):
+        if v[key] > v["train.epochs"]:
+            return (f"{key}={v[key]} is longer than train.epochs={v['train.epochs']}; expected at most "
+                    f"train.epochs (set {key}={v['train.epochs']} or fewer, or train more epochs)")
+    return None
+
+
+def _crops_tile(v: dict[str, Any]) -> str | None:
+    patch = v["model.patch_size"]
+    for key in ("dino.global_crop_size", "dino.local_crop_size"):
+        if v[key] % patch:
+            return (f"{key}={v[key]} is not a multiple of model.patch_size={patch}; expected a size the "
+                    f"patches tile, e.g. {key}={max(patch, v[key] // patch * patch)}")
+    return None
+
+
+def _exports_reached(v: dict[str, Any]) -> str | None:
+    late = [e for e in v["train.export_epochs"] if not 1 <= e <= v["train.epochs"]]
+    if late:
+        return (f"train.export_epochs lists epochs {late} outside 1..train.epochs={v['train.epochs']}; "
+                f"set train.export_epochs=[...] to epochs the run reaches (or [] for none)")
+    return None
+
+
+RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
+    _warmup_within, _crops_tile, _exports_reached)
+
+
+def check_pretrain_config(cfg: DictConfig) -> None:
+    """Refuse the first value that a pretraining cannot run with (``ConfigError``, one sentence)."""
+    values = leaves(cfg)
+    for key, value in values.items():
+        if any(fnmatchcase(key, p) for p in SKIPPED):
+            continue
+        rule = rule_of(key)
+        if rule is None:
+            raise LookupError(f"{key} has no rule in skipless/training/schema.py (a bug): add one")
+        if not rule.check(value):
+            raise ConfigError(f"{key}={show(value)}; expected {rule.expected}")
+    for relation in RELATIONS:
+        message = relation(values)
+        if message:
+            raise ConfigError(message)
