@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from skipless.config_rules import integer, number, one_of, optional, text
 from skipless.config import load_config
 from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, patch_grid, resolve_layers
@@ -40,8 +41,7 @@ from .output_dirs import check_outputs
 from .pca_images import load_images
 from .pca_maps import pca_rows
 from .report import compare_dir
-from .settings_rules import (BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, integer, number, one_of, optional,
-                             require_feature_out_for_norm, text)
+from .settings_rules import BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
 
 FEATURES = ("out", "k", "q", "v")
 

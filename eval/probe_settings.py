@@ -19,14 +19,14 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, ListConfig
 
+from skipless.config_rules import Rule, boolean, integer, non_empty_list, number, one_of, optional, text
 from skipless.config import ConfigError
 from skipless.data import SEGMENTATION_DATASETS, UnknownDatasetError
 from skipless.models import FeatureRequestError, resolve_layers
 
 from .devices import resolve_device
 from .linear_probe import OPTIMIZERS
-from .settings_rules import (BLOCKS, COMMON, Rule, boolean, check_rules, integer, non_empty_list, number, one_of,
-                             optional, text)
+from .settings_rules import BLOCKS, COMMON, check_rules
 
 GROUPS = {"single": ("", "single"), "ms": ("-ms", "multiscale")}  # name -> (file suffix, title)
 AUGMENTATIONS = ("none", "flip")

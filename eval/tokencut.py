@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 from PIL import UnidentifiedImageError
 from tqdm import tqdm
 
+from skipless.config_rules import Rule, integer, number, one_of, optional, text
 from skipless.config import ConfigError, load_config
 from skipless.data import DISCOVERY_DATASETS, MalformedDatasetError, UnknownDatasetError, build_discovery
 from skipless.errors import exit_on_user_error
@@ -41,8 +42,7 @@ from .images import normalized, pad_to_multiple
 from .output_dirs import check_outputs
 from .ncut import UNIQUE_GAP, Discovery, affinity, discover, lapack_spectrum, ncut_spectrum, reference_spectrum
 from .report import compare_dir, write_text
-from .settings_rules import (BLOCKS_OR_ALL, COMMON, Rule, check_rules, integer, number, one_of, optional,
-                             require_feature_out_for_norm, text)
+from .settings_rules import BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
 from .tokencut_outputs import comparison, output_stem, plot_comparison, write_outputs
 from .tokencut_result import BackboneResult
 

@@ -1,5 +1,7 @@
 """The config loader: groups, struct mode, CLI overrides, the saved config; where every pretraining
 value comes from (the demo and the paper's recipe, key by key)."""
+import math
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -206,3 +208,10 @@ def test_null_model_keys_build_the_papers_values():
                                    "model.init_args.alpha=2", "model.alpha_min=0.5"])
     args = backbone_factory(cfg, 0.0).skipless_args
     assert args["init_args"]["alpha"] == 2 and args["init_args"]["beta"] == 1.0 and args["alpha_min"] == 0.5
+
+
+def test_nan_and_inf_on_the_command_line_are_floats():
+    """A NaN lr typed as `nan` must reach the checks as the float it means (and be refused as one)."""
+    cfg = load_config("pretrain", ["optim.lr_scale=nan", "dino.global_crops_scale=[inf,1]", "run.name=nanny"])
+    assert math.isnan(cfg.optim.lr_scale) and cfg.dino.global_crops_scale[0] == float("inf")
+    assert cfg.run.name == "nanny"

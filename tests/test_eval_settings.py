@@ -10,7 +10,8 @@ import torch
 from PIL import Image
 
 from eval import pca, probe, probe_compute, probe_settings, tokencut
-from eval.settings_rules import check_rules, integer, non_empty_list, number, one_of, optional
+from eval.settings_rules import check_rules
+from skipless.config_rules import integer, non_empty_list, number, one_of, optional
 from skipless.config import ConfigError, _leaf_keys, load_config
 from skipless.data.synthetic import generate
 from skipless.models import create_vit, save_backbone
@@ -55,7 +56,7 @@ def nothing_loaded(monkeypatch):
 BAD = [
     ("probe", "epochs=0", "epochs must be an integer >= 1, got 0"),
     ("probe", "lrs=[.nan]", "lrs must be a non-empty list of finite numbers > 0, got [nan]"),
-    ("probe", "lrs=[nan]", "lrs must be a non-empty list of finite numbers > 0, got ['nan']"),
+    ("probe", "lrs=[nan]", "lrs must be a non-empty list of finite numbers > 0, got [nan]"),
     ("probe", "lrs=[1e-3,-1e-2]", "lrs must be a non-empty list of finite numbers > 0, got [0.001, -0.01]"),
     ("probe", "batch_size=0", "batch_size must be an integer >= 1, got 0"),
     ("probe", "val_every=-1", "val_every must be an integer >= 0, got -1"),
@@ -121,7 +122,7 @@ def test_rules_refuse_nan_inf_bools_and_name_the_key():
     good = {"a": {"b": 0.5}, "n": 3, "c": "y", "l": None}
     check_rules(load_from(good), rules)
     for change, message in ((("a", {"b": float("nan")}), "a.b must be a finite number > 0, got nan"),
-                            (("n", True), "n must be an integer >= 1, got True"),
+                            (("n", True), "n must be an integer >= 1, got true"),
                             (("n", 2.0), "n must be an integer >= 1, got 2.0"),
                             (("c", "z"), "c must be one of x, y, got 'z'"),
                             (("l", []), "l must be null or a non-empty list of numbers >= 0, got []")):

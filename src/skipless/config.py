@@ -131,10 +131,21 @@ def load_group(group: str, choice: str, config_dir: Path | str = CONFIG_DIR) -> 
 
 
 def _parse_value(text: str):
-    """Parse a CLI value as YAML (numbers, booleans, lists, null), keeping plain strings as they are."""
+    """Parse a CLI value as YAML (numbers, booleans, lists, null), keeping plain strings as they are.
+
+    ``nan`` and ``inf`` (YAML spells them ``.nan``, ``.inf``), alone or in a list, are read as the floats
+    a user means, so a check can say "got nan" of a learning rate instead of "got 'nan'"."""
     value = OmegaConf.create({"v": text} if text == "" else f"v: {text}")["v"]
     if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value)
+        value = OmegaConf.to_container(value)
+    return _special_floats(value)
+
+
+def _special_floats(value):
+    if isinstance(value, list):
+        return [_special_floats(v) for v in value]
+    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "+inf", "-inf"):
+        return float(value)
     return value
 
 

@@ -4,22 +4,22 @@
 accepts and the words that say so. It states types and ranges only; the defaults stay in the YAML
 files (one place each). ``RELATIONS`` are the checks between keys (a warm-up within the training,
 crop sizes that tile into patches). ``check_pretrain_config`` refuses the first bad value in one
-sentence that names the key, its value and what was expected:
+sentence that names the key, its value and what was expected (``skipless.config_rules``, the
+building blocks the evaluators' rules use too):
 
-    train.epochs=0; expected a positive integer
+    train.epochs must be an integer >= 1, got 0
 
 A key of the config without a rule is a bug of this file (a test walks every group choice).
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from ..config import ConfigError
+from ..config_rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
 from ..optim import OPTIMIZERS
 from .data import DATASETS
 
@@ -27,48 +27,24 @@ PRECISIONS = ("auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true",
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 
 
-@dataclass(frozen=True)
-class Rule:
-    """``check(value)`` is true for the values a key accepts; ``expected`` says which, in words."""
-
-    check: Callable[[Any], bool]
-    expected: str
-
-
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _real(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _pair(v: Any, item: Callable[[Any], bool]) -> bool:
     return isinstance(v, (list, tuple)) and len(v) == 2 and all(item(x) for x in v)
 
 
-def optional(rule: Rule) -> Rule:
-    return Rule(lambda v: v is None or rule.check(v), f"null or {rule.expected}")
-
-
-def one_of(*choices: Any) -> Rule:
-    return Rule(lambda v: v in choices and not isinstance(v, bool), "one of " + ", ".join(map(str, choices)))
-
-
-POSITIVE_INT = Rule(lambda v: _int(v) and v >= 1, "a positive integer")
-COUNT = Rule(lambda v: _int(v) and v >= 0, "an integer >= 0")
-INT = Rule(_int, "an integer")
-BOOL = Rule(lambda v: isinstance(v, bool), "true or false")
-NAME = Rule(lambda v: isinstance(v, str) and v.strip() != "", "a non-empty name")
-POSITIVE = Rule(lambda v: _real(v) and v > 0, "a finite number > 0")
-NON_NEGATIVE = Rule(lambda v: _real(v) and v >= 0, "a finite number >= 0")
-REAL = Rule(_real, "a finite number")
-UNIT = Rule(lambda v: _real(v) and 0 <= v <= 1, "a number in [0, 1]")
-UNIT_OPEN = Rule(lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)")
-CROP_SCALE = Rule(lambda v: _pair(v, _real) and 0 < v[0] <= v[1] <= 1,
+POSITIVE_INT = integer(1)
+COUNT = integer(0)
+INT = Rule(is_int, "an integer")
+BOOL = boolean()
+NAME = text("a non-empty name")
+POSITIVE = number(0, low_open=True)
+NON_NEGATIVE = number(0)
+REAL = number()
+UNIT = number(0, 1, high_open=False)
+UNIT_OPEN = number(0, 1)
+CROP_SCALE = Rule(lambda v: _pair(v, is_real) and 0 < v[0] <= v[1] <= 1,
                   "a pair [lo, hi] with 0 < lo <= hi <= 1 (fractions of the image area)")
-BETAS = Rule(lambda v: _pair(v, lambda x: _real(x) and 0 <= x < 1), "a pair [beta1, beta2], each in [0, 1)")
-WORLD = Rule(lambda v: v == "auto" or (_int(v) and v >= 1), "a positive integer or auto")
+BETAS = Rule(lambda v: _pair(v, lambda x: is_real(x) and 0 <= x < 1), "a pair [beta1, beta2], each in [0, 1)")
+WORLD = either(one_of("auto"), POSITIVE_INT)
 
 RULES: dict[str, Rule] = {
     "run.name": optional(Rule(lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and "/" not in v,
@@ -119,7 +95,7 @@ RULES: dict[str, Rule] = {
     "optim.clip_grad": NON_NEGATIVE,
     "optim.betas": BETAS,
     "optim.eps": POSITIVE,
-    "optim.shampoo_beta": Rule(lambda v: _real(v) and v < 1, "a number < 1 (< 0: use optim.betas[1])"),
+    "optim.shampoo_beta": Rule(number(high=1).check, "a number < 1 (< 0: use optim.betas[1])"),
     "optim.precondition_frequency": POSITIVE_INT,
     "optim.max_precond_dim": POSITIVE_INT,
     "optim.precondition_1d": BOOL,
@@ -135,10 +111,10 @@ RULES: dict[str, Rule] = {
     "train.knn_every_n_epochs": COUNT,
     "train.knn_k": POSITIVE_INT,
     "train.keep_checkpoints": BOOL,
-    "train.export_epochs": Rule(lambda v: isinstance(v, (list, tuple)) and all(_int(e) for e in v),
+    "train.export_epochs": Rule(lambda v: isinstance(v, (list, tuple)) and all(is_int(e) for e in v),
                                 "a list of epochs, e.g. [200, 300] or []"),
-    "train.max_steps": Rule(lambda v: _int(v) and (v == -1 or v >= 1), "-1 (all epochs) or a positive integer"),
-    "train.limit_train_batches": Rule(lambda v: (_int(v) and v >= 1) or (_real(v) and 0 < v <= 1),
+    "train.max_steps": Rule(lambda v: is_int(v) and (v == -1 or v >= 1), "-1 (all epochs) or a positive integer"),
+    "train.limit_train_batches": Rule(lambda v: (is_int(v) and v >= 1) or (is_real(v) and 0 < v <= 1),
                                       "a fraction in (0, 1] or a positive number of batches"),
     "data.name": one_of(*DATASETS),
     "data.root": NAME,
@@ -152,19 +128,6 @@ SKIPPED = ("choices.*",)  # written by the loader (the group choices), not by a 
 def rule_of(key: str) -> Rule | None:
     """The rule of a dotted key (exact, else the first pattern that matches)."""
     return RULES.get(key) or next((r for k, r in RULES.items() if "*" in k and fnmatchcase(key, k)), None)
-
-
-def show(value: Any) -> str:
-    """A value as a user writes it on the command line (``nan``, ``true``, ``null``, ``[0.4, 1]``)."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "null"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(show(v) for v in value) + "]"
-    return str(value)
 
 
 def leaves(cfg: DictConfig, prefix: str = "") -> dict[str, Any]:
@@ -218,8 +181,7 @@ def check_pretrain_config(cfg: DictConfig) -> None:
         rule = rule_of(key)
         if rule is None:
             raise LookupError(f"{key} has no rule in skipless/training/schema.py (a bug): add one")
-        if not rule.check(value):
-            raise ConfigError(f"{key}={show(value)}; expected {rule.expected}")
+        check_value(key, value, rule)
     for relation in RELATIONS:
         message = relation(values)
         if message:
