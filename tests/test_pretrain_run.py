@@ -205,3 +205,18 @@ def test_only_the_first_process_checks_the_folder(monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("SLURM_PROCID", "8")
     assert not is_first_process()
+
+
+def test_resume_may_name_its_folder_another_way(tmp_path):
+    from skipless.config import save_config
+    from skipless.training.run_folder import ResumeMismatchError, resume_changes
+
+    saved = load_config("pretrain", [f"run.root={tmp_path}"])
+    run = run_dir_of(saved)
+    save_config(saved, run)
+    again = load_config("pretrain", [f"run.root={tmp_path}/", f"run.name={run.name}", "run.resume=true",
+                                     "train.epochs=8"])
+    assert resume_changes(again, run) == {"run.name": (None, run.name), "run.root": (str(tmp_path), f"{tmp_path}/"),
+                                          "train.epochs": (4, 8)}
+    with pytest.raises(ResumeMismatchError, match=r"choices.recipe: 'demo' -> 'paper'; .* and 9 more\)"):
+        resume_changes(load_config("pretrain", [f"run.root={tmp_path}", "run.resume=true", "recipe=paper"]), run)

@@ -33,7 +33,8 @@ from ..errors import SkiplessError
 
 # Keys a resume may change: how and how long the same run goes on, never what it trains.
 RESUMABLE = (
-    "run.resume", "data.root",
+    "run.resume", "run.name", "run.root",  # the same folder either way: the saved config is read from it
+    "data.root",
     "train.epochs", "train.devices", "train.num_nodes", "train.accelerator", "train.strategy", "train.num_workers",
     "train.log_every_n_steps", "train.knn_every_n_epochs", "train.knn_k", "train.keep_checkpoints",
     "train.export_epochs", "train.max_steps", "train.limit_train_batches",
