@@ -6,15 +6,14 @@ import stat
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from eval import pca, probe, probe_compute, probe_settings, tokencut
 from eval.settings_rules import check_rules
+from skipless.config import ConfigError, leaf_values, load_config
 from skipless.config_rules import integer, non_empty_list, number, one_of, optional
-from skipless.config import ConfigError, _leaf_keys, load_config
-from skipless.data.synthetic import generate
-from skipless.models import create_vit, save_backbone
+
+from eval_fixtures import tiny_run
 
 EVALUATORS = {"probe": probe.main, "tokencut": tokencut.main, "pca": pca.main}
 
@@ -22,11 +21,7 @@ EVALUATORS = {"probe": probe.main, "tokencut": tokencut.main, "pca": pca.main}
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("settings")
-    data = generate(root / "data", n_train=4, n_val=3, seed=1, workers=1)
-    torch.manual_seed(0)
-    run = root / "runs" / "tiny"
-    save_backbone(run / "backbone.pt", create_vit("vit_tiny", residual="skipless", depth=2, img_size=32))
-    return root, data, run
+    return (root, *tiny_run(root, n_train=4, n_val=3, seed=1, img_size=32))
 
 
 def _argv(name, root, data, run, *extra):
@@ -110,8 +105,7 @@ def test_every_config_key_has_a_rule(name):
     rules = {"probe": lambda: {k for d in cfg.datasets for k in probe_settings.rules_for(d)},
              "tokencut": lambda: {k for d in cfg.roots for k in tokencut.rules_for(d)},
              "pca": lambda: set(pca.RULES)}[name]()
-    containers = {"roots", "datasets", "choices"} | {f"datasets.{d}" for d in cfg.get("datasets", {})}
-    leaves = {k for k in _leaf_keys(cfg) if k not in containers and not k.startswith("choices")}
+    leaves = {k for k in leaf_values(cfg) if not k.startswith("choices")}
     assert leaves - rules == set(), f"keys of configs/{name}.yaml without a rule"
     assert rules - leaves == set(), f"rules of {name} for keys its config does not have"
 

@@ -9,18 +9,14 @@ from PIL import Image
 
 from eval import pca, tokencut
 from eval.corloc import best_iou
-from skipless.data.synthetic import generate
-from skipless.models import create_vit, save_backbone
+
+from eval_fixtures import tiny_run
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
-    data = generate(root / "data", n_train=2, n_val=5, seed=3, workers=1)
-    torch.manual_seed(0)
-    run = root / "runs" / "tiny"
-    save_backbone(run / "backbone.pt", create_vit("vit_tiny", residual="skipless", depth=2, img_size=64))
-    return root, data, run
+    return (root, *tiny_run(root, n_train=2, n_val=5, seed=3, img_size=64))
 
 
 def _argv(root, data, run, *extra):

@@ -13,11 +13,11 @@ import pytest
 from PIL import Image
 
 import skipless.pretrain as pretrain_module
-from skipless.config import available, load_config
+from skipless.config import available, leaf_values, load_config
 from skipless.pretrain import main, pretrain, run_dir_of
 from skipless.ssl.dino_module import divergence_message
 from skipless.training.interrupt import resume_message
-from skipless.training.schema import RULES, SKIPPED, check_pretrain_config, leaves, rule_of
+from skipless.training.schema import RULES, SKIPPED, check_pretrain_config, rule_of
 
 # A tiny run on an image folder (DATA=imagenet picks the paper's recipe: its scale is undone here).
 TINY_FOLDER = [
@@ -75,7 +75,7 @@ def test_every_key_of_every_group_choice_has_a_rule_and_the_shipped_configs_pass
     for model, optim, data, recipe in itertools.product(*(available(g) for g in ("model", "optim", "data", "recipe"))):
         cfg = load_config("pretrain", [f"model={model}", f"optim={optim}", f"data={data}", f"recipe={recipe}"])
         check_pretrain_config(cfg)
-        keys = [k for k in leaves(cfg) if not any(k.startswith(p.rstrip("*")) for p in SKIPPED)]
+        keys = [k for k in leaf_values(cfg) if not any(k.startswith(p.rstrip("*")) for p in SKIPPED)]
         assert all(rule_of(k) is not None for k in keys), [k for k in keys if rule_of(k) is None]
     assert all(rule.expected for rule in RULES.values())
 

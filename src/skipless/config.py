@@ -53,6 +53,20 @@ def _leaf_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
     return keys
 
 
+def leaf_values(cfg: DictConfig, prefix: str = "") -> dict[str, object]:
+    """Every leaf of ``cfg`` as ``{dotted key: plain value}`` (lists stay whole, as one value): what the
+    config checks walk (``training/schema.py``) and what a resume compares (``training/run_folder.py``)."""
+    out: dict[str, object] = {}
+    for k in cfg.keys():
+        node, key = cfg._get_node(k), f"{prefix}{k}"
+        if isinstance(node, DictConfig):
+            out.update(leaf_values(node, key + "."))
+        else:
+            value = cfg[k]
+            out[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
+    return out
+
+
 def _split_overrides(items: Iterable[str], groups: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     choices, rest = {}, []
     for item in items:

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ..atomic import atomic_write
-from ..config import load_saved_config
+from ..config import leaf_values, load_saved_config
 from ..errors import SkiplessError
 
 # Keys a resume may change: how and how long the same run goes on, never what it trains.
@@ -79,21 +79,6 @@ def check_new_run(run_dir: Path) -> None:
         f"run under another name with run.name={free_name(run_dir)} (nothing was written)")
 
 
-def _flat(cfg: DictConfig | dict) -> dict[str, Any]:
-    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-    out: dict[str, Any] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict) and node:
-            for key, value in node.items():
-                walk(value, f"{prefix}{key}.")
-        else:
-            out[prefix[:-1]] = node
-
-    walk(container, "")
-    return out
-
-
 def resume_changes(cfg: DictConfig, run_dir: Path) -> dict[str, tuple[Any, Any]]:
     """The keys that differ between the run's saved config and ``cfg``, as ``{key: (saved, now)}``;
     raises ``ResumeMismatchError`` when any of them may not change on a resume."""
@@ -101,7 +86,7 @@ def resume_changes(cfg: DictConfig, run_dir: Path) -> dict[str, tuple[Any, Any]]
     if not saved_path.is_file():
         raise ResumeMismatchError(f"RESUME=1 needs the run's config to check what it resumes, and {saved_path} is "
                                   "missing; restore it, or start a new run under another run.name")
-    saved, now = _flat(load_saved_config(saved_path)), _flat(cfg)
+    saved, now = leaf_values(load_saved_config(saved_path)), leaf_values(cfg)
     changed = {k: (saved.get(k), now.get(k)) for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)}
     refused = {k: v for k, v in changed.items() if k not in RESUMABLE}
     if refused:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any, Callable
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig
 
-from ..config import ConfigError
+from ..config import ConfigError, leaf_values
 from ..config_rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
 from ..optim import OPTIMIZERS
 from .data import DATASETS
@@ -130,19 +130,6 @@ def rule_of(key: str) -> Rule | None:
     return RULES.get(key) or next((r for k, r in RULES.items() if "*" in k and fnmatchcase(key, k)), None)
 
 
-def leaves(cfg: DictConfig, prefix: str = "") -> dict[str, Any]:
-    """Every leaf of ``cfg`` as ``{dotted key: plain value}`` (lists stay whole, as one value)."""
-    out: dict[str, Any] = {}
-    for k in cfg.keys():
-        node, key = cfg._get_node(k), f"{prefix}{k}"
-        if isinstance(node, DictConfig):
-            out.update(leaves(node, key + "."))
-        else:
-            value = cfg[k]
-            out[key] = OmegaConf.to_container(value) if isinstance(value, ListConfig) else value
-    return out
-
-
 def _warmup_within(v: dict[str, Any]) -> str | None:
     for key in ("optim.warmup_epochs", "dino.warmup_teacher_temp_epochs"):
         if v[key] > v["train.epochs"]:
@@ -174,7 +161,7 @@ RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
 
 def check_pretrain_config(cfg: DictConfig) -> None:
     """Refuse the first value that a pretraining cannot run with (``ConfigError``, one sentence)."""
-    values = leaves(cfg)
+    values = leaf_values(cfg)
     for key, value in values.items():
         if any(fnmatchcase(key, p) for p in SKIPPED):
             continue
