@@ -1,0 +1,74 @@
+"""A block taken apart into the sub-blocks the conditioning diagnostics measure.
+
+Ji et al. ("Cutting the Skip", Section 4.3) write each pre-LN block as two sub-blocks,
+
+    x_l   = g_a x_{l-1} + a(norm1(x_{l-1}))        a: the self-attention branch  (SAB)
+    x^_l  = g_m x_l     + m(norm2(x_l))            m: the MLP branch             (FFN)
+
+with shortcut gains ``g = 1`` for a skip, ``0`` for none and the decayed mode's coefficients
+(Zhang et al.). Every diagnostic reads a block through this file, so the residual wiring is
+written once (``models/block.py`` runs it; here it is exposed): the branches as functions of their
+*normalised* input (the attention K_l and MLP K^_l of Eq. 7 are Jacobians of these), the gains, and
+one traced forward that keeps every intermediate.
+
+Drop-path and dropout are ignored: diagnostics run the model in eval mode.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..models.features import embed_tokens
+
+__all__ = ["SubBlockTrace", "attention_branch", "mlp_branch", "shortcut_gains", "trace_block", "embed_tokens"]
+
+
+def shortcut_gains(block: nn.Module) -> tuple[float, float]:
+    """(g_a, g_m): the factor on the shortcut around the attention and the MLP sub-block (0: none)."""
+    if getattr(block, "residual", "skip") == "decayed":
+        g = block.shortcut_gains.tolist()
+        return float(g[0]), float(g[1])
+    return float(getattr(block, "attn_skip", True)), float(getattr(block, "mlp_skip", True))
+
+
+def attention_branch(block: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """u -> ls1(attn(u)): the attention branch as a function of its normalised input (B, n, d)."""
+    return lambda u: block.ls1(block.attn(u))
+
+
+def mlp_branch(block: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """u -> ls2(mlp(u)): the MLP branch as a function of its normalised input (B, n, d)."""
+    return lambda u: block.ls2(block.mlp(u))
+
+
+@dataclass
+class SubBlockTrace:
+    """Every intermediate of one block's forward, (B, n, d) each.
+
+    ``x`` the block input, ``u_attn = norm1(x)``, ``attn`` the attention branch output,
+    ``mid = g_a x + attn`` (the block's state between its sub-blocks), ``u_mlp = norm2(mid)``,
+    ``mlp`` the MLP branch output and ``out = g_m mid + mlp``.
+    """
+
+    x: torch.Tensor
+    u_attn: torch.Tensor
+    attn: torch.Tensor
+    mid: torch.Tensor
+    u_mlp: torch.Tensor
+    mlp: torch.Tensor
+    out: torch.Tensor
+
+
+def trace_block(block: nn.Module, x: torch.Tensor) -> SubBlockTrace:
+    """One forward of ``block`` that keeps its intermediates; ``out`` equals ``block(x)`` in eval mode."""
+    g_a, g_m = shortcut_gains(block)
+    u_attn = block.norm1(x)
+    a = attention_branch(block)(u_attn)
+    mid = a if g_a == 0.0 else g_a * x + a
+    u_mlp = block.norm2(mid)
+    m = mlp_branch(block)(u_mlp)
+    out = m if g_m == 0.0 else g_m * mid + m
+    return SubBlockTrace(x, u_attn, a, mid, u_mlp, m, out)
