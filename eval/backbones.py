@@ -13,6 +13,10 @@ by spaces or commas:
   ``skipless.models.checkpoint``;
 - ``timm:<name>``, timm's pretrained weights from the local Hugging Face cache, never downloaded
   (``timm:vit_small_patch16_224.dino``); see ``skipless.models.timm_weights``;
+- ``init:<model>`` or ``init:<model>:<arch>``: the backbone ``make pretrain MODEL=<model>`` starts
+  from (a ``configs/model/`` preset at initialisation, with the paper's recipe: ViT-S unless an arch
+  is named), seeded; e.g. ``CKPT="init:skip init:skipless init:skipless-plain"`` compares the
+  initialisations themselves (``make conditioning``);
 - ``random``: a freshly initialised backbone with the same architecture, residual mode and
   initialisation as the first real checkpoint in the list (or the newest run when there is none),
   seeded, so every evaluator has its floor;
@@ -41,6 +45,7 @@ from skipless.models.timm_weights import cached_weights, load_timm_backbone, tim
 
 RANDOM = "random"
 TIMM_PREFIX = "timm:"
+INIT_PREFIX = "init:"
 
 
 class BackboneNotFoundError(SkiplessError, FileNotFoundError):
@@ -57,8 +62,10 @@ class BackboneSpec:
         out_dir: where evaluators write their results (``<run>/eval``, or ``<out>/<name>``).
         args: the ``create_vit`` arguments (arch, residual, init, ...) stored with the weights.
         kind: ``skipless`` (a ``save_backbone`` file), ``state_dict`` (a plain state dict, ``args``
-            inferred), ``timm`` (timm's cached weights; ``path`` is the cached file) or ``random``.
-        timm_name: for ``timm``: the timm model name.
+            inferred), ``timm`` (timm's cached weights; ``path`` is the cached file), ``init`` (a
+            model preset at initialisation) or ``random``.
+        timm_name: for ``timm``: the timm model name; for ``init``: the config overrides that
+            describe the preset (``model=<model>``, ...).
     """
 
     name: str
@@ -66,10 +73,11 @@ class BackboneSpec:
     out_dir: Path
     args: dict[str, Any]
     kind: str = "skipless"
-    timm_name: str | None = None
+    timm_name: str | tuple[str, ...] | None = None
 
     @property
     def is_random(self) -> bool:
+        """No file: a backbone built at initialisation (the random floor or an ``init:`` preset)."""
         return self.path is None
 
 
@@ -142,9 +150,38 @@ def _file_spec(item: str, runs_root: Path) -> BackboneSpec:
         "file, <state dict file>:<arch>, timm:<name>, or 'random'")
 
 
+def _init_overrides(item: str) -> tuple[str, tuple[str, ...]]:
+    """``init:<model>[:<arch>]`` -> (label, the pretraining config overrides of that backbone)."""
+    from skipless.config import available
+
+    parts = item[len(INIT_PREFIX):].split(":")
+    models = available("model")
+    if len(parts) > 2 or parts[0] not in models or (len(parts) == 2 and parts[1] not in ARCHS):
+        raise BackboneNotFoundError(
+            f"CKPT item {item!r} names no model preset; expected init:<model> or init:<model>:<arch> with a "
+            f"model among {', '.join(models)} and an arch among {', '.join(ARCHS)}, e.g. init:skipless-plain")
+    overrides = (f"model={parts[0]}", "recipe=paper") + ((f"model.arch={parts[1]}",) if len(parts) == 2 else ())
+    return "init-" + "-".join(parts), overrides
+
+
+def init_args_of(overrides: Sequence[str]) -> dict[str, Any]:
+    """The ``create_vit`` arguments of a model preset (``init:`` items), from the pretraining config."""
+    from skipless.config import load_config
+    from skipless.models.from_config import vit_args
+
+    return vit_args(load_config("pretrain", list(overrides)).model)
+
+
+def _init_spec(item: str, runs_root: Path) -> BackboneSpec:
+    label, overrides = _init_overrides(item)
+    return BackboneSpec(label, None, runs_root / label / "eval", init_args_of(overrides), "init", overrides)
+
+
 def _item_spec(item: str, runs_root: Path) -> BackboneSpec:
     if item.startswith(TIMM_PREFIX):
         return _timm_spec(item, runs_root)
+    if item.startswith(INIT_PREFIX):
+        return _init_spec(item, runs_root)
     return _file_spec(item, runs_root)
 
 
@@ -162,7 +199,7 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
                 "pass CKPT=<run folder or backbone file> (CKPT=random evaluates a random backbone)")
         items = [str(run)]
     specs: list[BackboneSpec | None] = [None if item == RANDOM else _item_spec(item, runs_root) for item in items]
-    real = [s for s in specs if s is not None]
+    real = [s for s in specs if s is not None and s.kind != "init"] or [s for s in specs if s is not None]
     if len(real) < len(specs):
         if real:
             reference = real[0].args
@@ -187,7 +224,14 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
 
 def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int = 0) -> torch.nn.Module:
     """The frozen backbone of ``spec`` on ``device`` (the random floor is built with ``seed``)."""
-    if spec.is_random:
+    if spec.kind == "init":
+        from skipless.config import load_config
+        from skipless.models.from_config import vit_from_config
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = vit_from_config(load_config("pretrain", list(spec.timm_name)).model)
+    elif spec.is_random:
         args = {k: v for k, v in spec.args.items() if k != "arch"}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -87,7 +87,7 @@ def num_workers(value: Any) -> int:
 
 def _backbone_key(spec: BackboneSpec, seed: int) -> dict[str, Any]:
     if spec.is_random:
-        return {"random": True, "seed": int(seed), "args": json.loads(json.dumps(spec.args, default=str))}
+        return {"random": True, "kind": spec.kind, "seed": int(seed), "args": json.loads(json.dumps(spec.args, default=str))}
     stat = Path(spec.path).stat()
     return {"path": str(Path(spec.path).resolve()), "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
 

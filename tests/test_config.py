@@ -35,7 +35,7 @@ def test_lr_comes_from_the_model_preset_per_optimizer():
 
 
 def test_unknown_group_choice_lists_the_valid_ones():
-    with pytest.raises(ConfigError, match="unknown model 'nonsense'; expected one of: decayed, skip, skipless, skipless-plain"):
+    with pytest.raises(ConfigError, match="unknown model 'nonsense'; expected one of: decayed, skip, skipless, skipless-centered, skipless-plain"):
         load_config("pretrain", ["model=nonsense"])
 
 
@@ -121,13 +121,14 @@ PAPER = {
     "data.name": "imagenet", "choices.recipe": "paper",
 }
 MODELS = {"skip": ("skip", "timm"), "skipless": ("skipless", "cutskip"), "skipless-plain": ("skipless", "timm"),
-          "decayed": ("decayed", "timm")}
+          "skipless-centered": ("skipless", "cutskip"), "decayed": ("decayed", "timm")}
 
 
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_imagenet_runs_the_papers_recipe(model):
     got = flat(load_config("pretrain", ["data=imagenet", f"model={model}"]))
-    assert {k: got[k] for k in PAPER} == PAPER
+    centered = {"model.init_args.center_mlp": True} if model == "skipless-centered" else {}
+    assert {k: got[k] for k in PAPER} == {**PAPER, **centered}
     assert (got["model.residual"], got["model.init"]) == MODELS[model]
 
 
@@ -176,7 +177,8 @@ def test_no_group_file_restates_a_value_of_pretrain_yaml():
                 "model.drop_path_rate", "model.init"):
         setters = [p.name for g in ("model", "recipe") for p in (CONFIG_DIR / g).glob("*.yaml")
                    if key in flat(OmegaConf.load(p))]
-        assert setters == (["skipless.yaml"] if key == "model.init" else []), (key, setters)
+        cutskip_presets = ["skipless-centered.yaml", "skipless.yaml"]
+        assert sorted(setters) == (cutskip_presets if key == "model.init" else []), (key, setters)
 
 
 def test_a_default_may_follow_an_earlier_groups_choice(tmp_path):

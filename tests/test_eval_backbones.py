@@ -109,3 +109,25 @@ def test_random_floor_of_an_old_backbone_file_keeps_timms_resample(tmp_path):
     spec, floor = resolve_backbones(f"{run} random", runs_root=tmp_path)
     assert spec.args["pos_embed_interp"] == "timm" == floor.args["pos_embed_interp"]
     assert load_spec(floor).pos_embed_interp == "timm" and load_spec(spec).pos_embed_interp == "timm"
+
+
+def test_init_items_build_the_backbone_pretraining_starts_from(tmp_path):
+    from skipless.config import load_config
+    from skipless.models.from_config import vit_from_config
+
+    specs = resolve_backbones("init:skipless-centered init:skip:vit_tiny", tmp_path)
+    assert [s.name for s in specs] == ["init-skipless-centered", "init-skip-vit_tiny"]
+    assert [s.out_dir for s in specs] == [tmp_path / "init-skipless-centered" / "eval", tmp_path / "init-skip-vit_tiny" / "eval"]
+    assert specs[0].args["arch"] == "vit_small" and specs[0].args["init_args"]["center_mlp"] is True
+    model = load_spec(specs[1], seed=3)
+    torch.manual_seed(3)
+    expected = vit_from_config(load_config("pretrain", ["model=skip", "recipe=paper", "model.arch=vit_tiny"]).model)
+    for (name, a), b in zip(model.state_dict().items(), expected.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("item", ["init:nonsense", "init:skip:vit_huge", "init:skip:vit_tiny:x"])
+def test_bad_init_items_name_what_is_expected(tmp_path, item):
+    with pytest.raises(BackboneNotFoundError, match="expected init:<model> or init:<model>:<arch>"):
+        resolve_backbones(item, tmp_path)

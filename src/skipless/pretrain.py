@@ -22,7 +22,7 @@ from torch import nn
 
 from .config import load_config, save_config
 from .errors import SkiplessError
-from .models import create_vit
+from .models.from_config import vit_from_config
 from .ssl.dino_module import DINO
 from .ssl.errors import NothingToResumeError
 from .summary import pretrain_header
@@ -41,20 +41,8 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 
 def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
-    """The student/teacher backbone of ``cfg.model`` (the teacher is built with drop-path 0).
-
-    The model factory keeps timm's init; for DINO from scratch the CLS token is then drawn as DINO
-    draws it, truncated normal with std 0.02 (``vision_transformer.py``), not timm's std 1e-6.
-    """
-    m = cfg.model
-    extra = {} if m.depth is None else {"depth": int(m.depth)}
-    model = create_vit(m.arch, residual=m.residual, init=m.init, attention=m.attention,
-                       init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
-                       drop_path_rate=drop_path_rate, global_pool=m.global_pool,
-                       pos_embed_interp=m.pos_embed_interp, **extra)
-    with torch.no_grad():
-        nn.init.trunc_normal_(model.cls_token, std=0.02)
-    return model
+    """The student/teacher backbone of ``cfg.model`` (the teacher is built with drop-path 0)."""
+    return vit_from_config(cfg.model, drop_path_rate)
 
 
 def check_config(cfg: DictConfig) -> None:
