@@ -10,6 +10,6 @@ EVALUATORS: dict[str, tuple[str, ...]] = {
     "probe": ("probe", "probe_settings", "probe_compute", "probe_outputs", "probe_figures", "feature_cache",
               "linear_probe", "miou"),
     "tokencut": ("tokencut", "tokencut_result", "tokencut_outputs", "ncut", "corloc"),
-    "pca": ("pca", "pca_maps", "pca_images"),
+    "pca": ("pca", "pca_maps"),
 }
-SHARED: tuple[str, ...] = ("backbones", "devices", "images", "output_dirs", "report", "settings_rules")
+SHARED: tuple[str, ...] = ("backbones", "devices", "images", "output_dirs", "report", "settings_rules", "square_images")

@@ -8,7 +8,7 @@ handful of images (the embedded default's val images, or a folder), every backbo
 gives the features of every block in one forward pass; ``eval.pca_maps`` turns each block's patch
 features into an RGB map (3 principal components, min-max per channel, signs fixed along a row).
 Settings (the rules in ``RULES``) and output folders are checked once, before any backbone is loaded
-or image read (``check_settings``, ``eval.output_dirs``); ``eval.pca_images`` reads the images
+or image read (``check_settings``, ``eval.output_dirs``); ``eval.square_images`` reads the images
 (unreadable ones skipped and counted), ``compute_maps`` computes a backbone's maps, and the figures
 are written from them.
 
@@ -38,7 +38,7 @@ from .backbones import BackboneSpec, load_spec, resolve_backbones
 from .devices import resolve_device
 from .images import MEAN, STD
 from .output_dirs import check_outputs
-from .pca_images import load_images
+from .square_images import load_images
 from .pca_maps import pca_rows
 from .report import compare_dir
 from .settings_rules import BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm

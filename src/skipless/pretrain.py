@@ -20,6 +20,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 from torch import nn
 
+from .analysis.diagnostics import MEASURES, DiagnosticSettings
 from .config import load_config, save_config
 from .errors import SkiplessError
 from .models.from_config import vit_from_config
@@ -28,7 +29,8 @@ from .ssl.errors import NothingToResumeError
 from .summary import pretrain_header
 from .training.callbacks import DivergenceGuard, EpochCheckpoint, ExportTeacher, KNNMonitor, RNGState, RunSummary
 from .training.checkpoint_io import AtomicCheckpointIO
-from .training.data import knn_loaders, pretrain_dataset, pretrain_loader
+from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
+from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
 from .training.interrupt import fit, resume_message
 from .training.preflight import check_run_folder, read_resume_checkpoint
 from .training.run_folder import check_new_run, is_first_process, record_resume, resume_changes
@@ -65,6 +67,23 @@ def _strategy(cfg: DictConfig) -> str:
     return "ddp" if int(cfg.train.devices) * int(cfg.train.num_nodes) > 1 else "auto"
 
 
+def diagnostics_callbacks(cfg: DictConfig, run_dir: Path) -> list[pl.Callback]:
+    """The conditioning monitor and the per-block signals of ``cfg.diagnostics`` (0 turns each off)."""
+    d = cfg.diagnostics
+    images = partial(diagnostic_images, cfg, int(d.images))
+    found: list[pl.Callback] = []
+    if d.every_n_epochs:
+        layers = d.layers if isinstance(d.layers, str) else list(d.layers)
+        measures = tuple(m for m in MEASURES if m != "jacobian" or d.jacobian_images)
+        settings = DiagnosticSettings(layers=layers, measures=measures, jacobian_images=max(1, int(d.jacobian_images)),
+                                      tol=float(d.tol), max_iter=int(d.max_iter), dtype=str(d.dtype),
+                                      seed=int(cfg.run.seed))
+        found.append(ConditioningMonitor(images, settings, int(d.every_n_epochs), run_dir))
+    if d.signals_every_n_steps:
+        found.append(BlockSignals(images, int(d.signals_every_n_steps)))
+    return found
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
     callbacks: list[pl.Callback] = [
         DivergenceGuard(),  # first: a non-finite model is never exported nor checkpointed
@@ -75,6 +94,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.C
         RunSummary(run_dir),
         *extra_callbacks,
     ]
+    callbacks += diagnostics_callbacks(cfg, run_dir)
     loaders = knn_loaders(cfg) if cfg.train.knn_every_n_epochs else None
     if loaders is not None:
         callbacks.append(KNNMonitor(loaders[0], loaders[1], every=cfg.train.knn_every_n_epochs,

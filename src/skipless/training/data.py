@@ -36,12 +36,13 @@ def multicrop_from_config(cfg: DictConfig) -> MultiCropAugmentation:
         local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size)
 
 
-def pretrain_dataset(cfg: DictConfig) -> Dataset:
-    """Multi-crop views of the pretraining images; generates the default dataset if missing."""
+def pretrain_dataset(cfg: DictConfig, transform: Callable | None = None) -> Dataset:
+    """Multi-crop views of the pretraining images (or ``transform`` of them); generates the default
+    dataset if missing."""
     name = cfg.data.name
     if name not in DATASETS:
         raise ConfigError(f"unknown pretraining data {name!r}; expected one of: {', '.join(DATASETS)}")
-    aug = multicrop_from_config(cfg)
+    aug = multicrop_from_config(cfg) if transform is None else transform
     if name == "default":
         root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,
                               seed=cfg.data.seed)
@@ -109,15 +110,26 @@ def pretrain_loader(cfg: DictConfig, dataset: Dataset) -> DataLoader:
                       persistent_workers=False)
 
 
+def centre_crop(size: int) -> Callable:
+    """Shorter side resized (bicubic), centre square crop, ImageNet normalisation: a fixed view."""
+    return transforms.Compose([
+        transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
+        transforms.CenterCrop(size), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+def diagnostic_images(cfg: DictConfig, count: int) -> torch.Tensor:
+    """(count, 3, S, S): fixed centre crops at the global crop size of the first pretraining images,
+    the batch the diagnostics callbacks measure the student on at every call."""
+    dataset = pretrain_dataset(cfg, transform=centre_crop(int(cfg.dino.global_crop_size)))
+    return torch.stack([dataset[i] for i in range(min(count, len(dataset)))])
+
+
 def knn_loaders(cfg: DictConfig) -> tuple[Callable, Callable, int] | None:
     """(train batches, val batches, number of classes) for the k-NN monitor; None without labels."""
     if cfg.data.name != "default":
         return None
     root = Path(cfg.data.root)
-    size = cfg.dino.global_crop_size
-    tf = transforms.Compose([
-        transforms.Resize(size, interpolation=transforms.InterpolationMode.BICUBIC),
-        transforms.CenterCrop(size), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    tf = centre_crop(int(cfg.dino.global_crop_size))
     splits = {s: VOCClassification(root, s, transform=tf) for s in ("train", "val")}
     num_classes = splits["train"].num_classes
 

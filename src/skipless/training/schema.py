@@ -20,6 +20,7 @@ from omegaconf import DictConfig
 
 from ..config import ConfigError, leaf_values
 from ..config_rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
+from ..models.vit import ARCHS
 from ..optim import OPTIMIZERS
 from .data import DATASETS
 
@@ -116,6 +117,15 @@ RULES: dict[str, Rule] = {
     "train.max_steps": Rule(lambda v: is_int(v) and (v == -1 or v >= 1), "-1 (all epochs) or a positive integer"),
     "train.limit_train_batches": Rule(lambda v: (is_int(v) and v >= 1) or (is_real(v) and 0 < v <= 1),
                                       "a fraction in (0, 1] or a positive number of batches"),
+    "diagnostics.every_n_epochs": COUNT,
+    "diagnostics.signals_every_n_steps": COUNT,
+    "diagnostics.layers": either(one_of("paper", "all"), Rule(lambda v: isinstance(v, (list, tuple)) and len(v) > 0
+                                                     and all(is_int(b) for b in v), "a non-empty list of block indices")),
+    "diagnostics.images": integer(2),
+    "diagnostics.jacobian_images": COUNT,
+    "diagnostics.tol": number(0, 1, low_open=True, high_open=True),
+    "diagnostics.max_iter": integer(2),
+    "diagnostics.dtype": one_of("float64", "float32"),
     "data.name": one_of(*DATASETS),
     "data.root": NAME,
     "data.n_train": POSITIVE_INT,
@@ -155,8 +165,19 @@ def _exports_reached(v: dict[str, Any]) -> str | None:
     return None
 
 
+def _diagnosed_blocks_exist(v: dict[str, Any]) -> str | None:
+    depth = v["model.depth"] or ARCHS.get(v["model.arch"], {}).get("depth")
+    if depth is None or v["diagnostics.layers"] in ("paper", "all"):
+        return None
+    outside = [b for b in v["diagnostics.layers"] if not -depth <= b < depth]
+    if outside:
+        return (f"diagnostics.layers lists blocks {outside} that a {depth}-block model does not have; expected "
+                f"indices in 0..{depth - 1} (negative count from the end), e.g. diagnostics.layers=all")
+    return None
+
+
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    _warmup_within, _crops_tile, _exports_reached)
+    _warmup_within, _crops_tile, _exports_reached, _diagnosed_blocks_exist)
 
 
 def check_pretrain_config(cfg: DictConfig) -> None:

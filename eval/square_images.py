@@ -1,7 +1,8 @@
-"""The images PCA draws: the first ``num_images`` readable ones of ``images=<folder>`` or of the default's val split.
+"""A few square images for the evaluators that look at a handful (PCA, conditioning): the first
+``num_images`` readable ones of ``images=<folder>`` or of the default's val split.
 
 An image that cannot be decoded is skipped and counted: the next readable image takes its row,
-under its own name (a row is never labelled with one file and drawn from another), and the run
+under its own name (a PCA row is never labelled with one file and drawn from another), and the run
 prints how many were skipped. When none of the images can be read, the run stops with one sentence.
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .images import normalized, square_crop
 
 
 @dataclass
-class PcaImages:
+class SquareImages:
     """Names and normalised (B, 3, S, S) tensors of the images drawn, and the files skipped."""
 
     names: list[str]
@@ -40,7 +41,7 @@ def candidates(cfg: DictConfig) -> tuple[str, list[tuple[str, Path]]]:
     return f"the val images of {cfg.roots.default}", [(i, split.image_dir / f"{i}.jpg") for i in split.ids]
 
 
-def load_images(cfg: DictConfig) -> PcaImages:
+def load_images(cfg: DictConfig) -> SquareImages:
     """The first ``num_images`` readable images, square-cropped to ``image_size`` (module docstring)."""
     source, files = candidates(cfg)
     wanted, size = int(cfg.num_images), int(cfg.image_size)
@@ -60,5 +61,5 @@ def load_images(cfg: DictConfig) -> PcaImages:
         raise MalformedDatasetError(f"none of the {len(files)} images of {source} could be read, e.g. {skipped[0]}")
     if skipped:
         print(f"warning: {len(skipped)} unreadable images of {source} were skipped, e.g. {skipped[0]}; "
-              f"the grid shows the next readable ones ({len(names)} images)", flush=True)
-    return PcaImages(names, torch.stack(tensors), source, skipped)
+              f"the next readable ones are used ({len(names)} images)", flush=True)
+    return SquareImages(names, torch.stack(tensors), source, skipped)

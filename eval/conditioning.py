@@ -1,0 +1,274 @@
+"""``make conditioning``: the paper's mechanism, measured on frozen backbones.
+
+    python -m eval.conditioning ckpt="init:skip init:skipless-plain init:skipless runs/a"
+
+Ji et al. ("Cutting the Skip") explain why skipless transformers train badly, and why their
+initialisation fixes it, through condition numbers of Jacobians: kappa(J J^T) of the whole network
+(Section 4.1, Appendix Table 5) and kappa(K_l K_l^T) of each attention sub-block (Eq. 7, Table 6).
+This evaluator measures those, the sub-block output embeddings of "Always Skip Attention" (Fig. 1b)
+and the effective rank of Zhang et al. (Section 5), for every backbone of ``ckpt`` (the evaluators'
+checkpoint syntax, plus ``init:<model>`` for a model preset at initialisation), through
+``skipless.analysis.diagnostics.diagnose``.
+
+Writes ``<run>/eval/conditioning.json`` per backbone (every number, with how each condition number
+was obtained: Lanczos iterations, residuals, convergence, and why a value is ∞), TensorBoard scalars
+against depth in ``<run>/eval/tb``, and ``runs/compare/conditioning.md`` (Table 5 and Table 6
+layouts, blocks x checkpoints) with ``runs/compare/conditioning.png`` (each quantity against depth,
+every checkpoint in one figure); with one backbone the table and figure go beside its JSON.
+Settings, backbones, blocks, image sizes and the dense check's size are all checked before any
+measurement starts.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from skipless.analysis.condition_number import Condition
+from skipless.analysis.diagnostics import DTYPES, MEASURES, DiagnosticSettings, Diagnosis, diagnose, result_to_json
+from skipless.analysis.embedding_condition import EMBEDDINGS
+from skipless.config import load_config
+from skipless.config_rules import Rule, boolean, integer, number, one_of, optional, text
+from skipless.errors import exit_on_user_error
+from skipless.models import patch_grid, resolve_layers
+
+from .backbones import BackboneSpec, load_spec, resolve_backbones
+from .devices import resolve_device
+from .output_dirs import check_outputs
+from .report import compare_dir, markdown_table, write_text
+from .settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
+from .square_images import load_images
+
+MEASURE_LIST = Rule(lambda v: isinstance(v, list) and len(v) > 0 and all(m in MEASURES for m in v),
+                    f"a non-empty list of measures among {', '.join(MEASURES)}")
+
+# Every key of configs/conditioning.yaml and its rule (eval/settings_rules.py).
+RULES = {
+    **{k: v for k, v in COMMON.items() if k != "norm"},
+    "images": optional(text()),
+    "roots.default": text(),
+    "num_images": integer(2),
+    "image_size": integer(1),  # a multiple of the patch: per backbone
+    "layers": BLOCKS_OR_ALL,
+    "measures": MEASURE_LIST,
+    "jacobian.images": integer(1),
+    "jacobian.image_size": integer(1),
+    "solver.tol": number(0, 1),
+    "solver.max_iter": integer(2),
+    "solver.dtype": one_of(*DTYPES),
+    "dense_check": boolean(),
+    "dense_max_entries": integer(1),
+}
+
+# The paper's training-time values (Appendix A.7, DINO ViT-S at epoch 20), printed under the tables.
+PAPER_TABLE5_EPOCH20 = {"skip": "127", "skipless": "∞", "skipless + init": "195"}
+PAPER_TABLE6_EPOCH20 = {"skip": ["1.05", "1.49", "1.35", "1.04"], "skipless": ["∞"] * 4,
+                        "skipless + init": ["10", "2.7", "7.5", "12.5"]}
+
+
+def settings_of(cfg: DictConfig) -> DiagnosticSettings:
+    layers = OmegaConf.to_container(cfg.layers) if OmegaConf.is_list(cfg.layers) else cfg.layers
+    return DiagnosticSettings(layers=layers, measures=tuple(cfg.measures), jacobian_images=int(cfg.jacobian.images),
+                              tol=float(cfg.solver.tol), max_iter=int(cfg.solver.max_iter),
+                              dtype=str(cfg.solver.dtype), seed=int(cfg.seed))
+
+
+def check_backbone(model: torch.nn.Module, spec: BackboneSpec, cfg: DictConfig) -> list[int]:
+    """What depends on the backbone, before any measurement: its blocks, the image sizes, the dense
+    check's size. Returns the resolved blocks."""
+    blocks = resolve_layers(settings_of(cfg).layers, len(model.blocks))
+    patch_grid(model, cfg.image_size, cfg.image_size)
+    if "jacobian" in cfg.measures:
+        patch_grid(model, cfg.jacobian.image_size, cfg.jacobian.image_size)
+    if cfg.dense_check:
+        from skipless.analysis.jacobians import check_dense_size
+        rows, cols = patch_grid(model, cfg.jacobian.image_size, cfg.jacobian.image_size)
+        n, d = rows * cols + int(getattr(model, "num_prefix_tokens", 1)), model.embed_dim
+        params = sum(p.numel() for p in model.blocks.parameters())
+        if "jacobian" in cfg.measures:
+            check_dense_size(int(cfg.jacobian.images) * n * d * params, int(cfg.dense_max_entries),
+                             f"the full Jacobian of {spec.name}")
+        if "blocks" in cfg.measures:
+            rows, cols = patch_grid(model, cfg.image_size, cfg.image_size)
+            nd = (rows * cols + int(getattr(model, "num_prefix_tokens", 1))) * d
+            check_dense_size(nd * nd, int(cfg.dense_max_entries), f"a sub-block Jacobian of {spec.name}")
+    return blocks
+
+
+def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.Tensor, d: Diagnosis,
+                 cfg: DictConfig) -> dict[str, Any]:
+    """The exact float64 kappa of every Jacobian the diagnosis measured matrix-free (``dense_check``)."""
+    from skipless.analysis.jacobians import dense_block_conditions, dense_network_condition
+
+    out: dict[str, Any] = {}
+    if d.jacobian is not None and not d.diverged:
+        out["jacobian"] = dense_network_condition(model, j_images, max_entries=int(cfg.dense_max_entries)).to_json()
+    if d.block_jacobians is not None and not d.diverged:
+        found = dense_block_conditions(model, images[:1], d.blocks, max_entries=int(cfg.dense_max_entries))
+        out["block_jacobians"] = {str(b): {k: c.to_json() for k, c in row.items()} for b, row in found.items()}
+    return out
+
+
+def write_tensorboard(d: Diagnosis, folder: Path) -> None:
+    """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. TensorBoard
+    cannot draw ∞: infinite values are left out and ``<tag>_infinite`` is 1 at that block."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from skipless.analysis.diagnostics import scalars
+
+    with SummaryWriter(str(folder / "tb")) as writer:
+        for name, value in scalars(d).items():
+            tag, _, block = name.partition("/block")
+            step = int(block) if block else 0
+            if math.isfinite(value):
+                writer.add_scalar(f"conditioning/{tag}", value, step)
+            else:
+                writer.add_scalar(f"conditioning/{tag}_infinite", 1.0, step)
+
+
+def _cell(c: Condition | None) -> str:
+    return "-" if c is None else c.short()
+
+
+def tables(results: list[tuple[str, Diagnosis]]) -> str:
+    """The markdown report: Table 5 (kappa(J J^T)), Table 6 (per block, attention and MLP), the
+    embedding ln kappa and the effective ranks, rows = checkpoints, columns = blocks."""
+    blocks = sorted({b for _, d in results for b in d.blocks})
+    head = ["checkpoint"] + [f"L{b}" for b in blocks]
+    parts = []
+    if any(d.jacobian is not None for _, d in results):
+        rows = [[name, _cell(d.jacobian), None if d.jacobian is None else d.jacobian.iterations,
+                 None if d.jacobian is None else d.jacobian.dim] for name, d in results]
+        parts.append("### kappa(J J^T) of the full Jacobian (the paper's Table 5)\n\n"
+                     + markdown_table(["checkpoint", "kappa(J J^T)", "products", "size of J J^T"], rows)
+                     + "\nThe paper (DINO ViT-S during training, epoch 20): "
+                     + ", ".join(f"{k} {v}" for k, v in PAPER_TABLE5_EPOCH20.items()) + ".\n")
+    for name_, label in (("attn", "attention K_l"), ("mlp", "MLP K^_l")):
+        if all(d.block_jacobians is None for _, d in results):
+            break
+        rows = [[name] + [_cell((d.block_jacobians or {}).get(b, {}).get(name_)) for b in blocks] for name, d in results]
+        parts.append(f"### kappa of the {label} sub-block Jacobian (kappa(K K^T); (K + I) with a skip; the paper's "
+                     "Table 6)\n\n" + markdown_table(head, rows))
+    if any(d.block_jacobians is not None for _, d in results):
+        parts[-1] += ("\nThe paper (attention, epoch 20, L0 L4 L7 L11): "
+                      + "; ".join(f"{k} {' '.join(v)}" for k, v in PAPER_TABLE6_EPOCH20.items()) + ".\n")
+    if any(d.embeddings is not None for _, d in results):
+        rows = [[f"{name} {e}"] + [(d.embeddings or {}).get(b, {}).get(e) for b in blocks]
+                for name, d in results for e in EMBEDDINGS]
+        parts.append("### mean ln kappa of the sub-block output embeddings (seeds/003, Fig. 1b: attention without a "
+                     "skip ~6, the others ~3)\n\n" + markdown_table(["checkpoint, embedding"] + head[1:], rows, ".2f"))
+    if any(d.effective_rank is not None for _, d in results):
+        rows = [[f"{name} {k}"] + [(d.effective_rank or {}).get(b, {}).get(k) for b in blocks]
+                for name, d in results for k in ("cls", "patch_mean")]
+        parts.append("### effective rank of the features over the images (seeds/002, Section 5)\n\n"
+                     + markdown_table(["checkpoint, tokens"] + head[1:], rows, ".2f"))
+    return "\n".join(parts)
+
+
+def figure(results: list[tuple[str, Diagnosis]], path: Path) -> Path:
+    """Each per-block quantity against depth, one line per checkpoint (∞ drawn as a triangle on top)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels: list[tuple[str, str, bool]] = [("block_jacobians", "attn", True), ("block_jacobians", "mlp", True)]
+    panels += [("embeddings", e, False) for e in EMBEDDINGS] + [("effective_rank", k, False) for k in ("cls", "patch_mean")]
+    titles = {"attn": "kappa(K K^T), attention", "mlp": "kappa(K K^T), MLP", "cls": "effective rank, CLS",
+              "patch_mean": "effective rank, mean patch"}
+    panels = [p for p in panels if any(getattr(d, p[0]) is not None for _, d in results)]
+    cols = 4
+    rows = max(1, math.ceil(len(panels) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False)
+    for ax, (field_, key, log) in zip(axes.flat, panels):
+        for name, d in results:
+            values = getattr(d, field_) or {}
+            xs = sorted(values)
+            ys = [values[b][key].value if isinstance(values[b][key], Condition) else values[b][key] for b in xs]
+            label = name if d.jacobian is None else f"{name} (kappa(JJ^T) {d.jacobian.short()})"
+            line, = ax.plot([x for x, y in zip(xs, ys) if math.isfinite(y)], [y for y in ys if math.isfinite(y)],
+                            marker="o", label=label)
+            inf = [x for x, y in zip(xs, ys) if not math.isfinite(y)]
+            if inf:
+                ax.plot(inf, [1.0] * len(inf), marker="^", linestyle="none", color=line.get_color(),
+                        transform=ax.get_xaxis_transform(), clip_on=False)
+        ax.set_title(titles.get(key, f"ln kappa, {key} embedding"), fontsize=9)
+        ax.set_xlabel("block", fontsize=8)
+        if log:
+            ax.set_yscale("log")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8)
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * math.ceil(len(labels) / 3), 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def check_settings(cfg: DictConfig) -> torch.device:
+    check_rules(cfg, RULES)
+    return resolve_device(cfg.device)
+
+
+def _load_images(cfg: DictConfig, num: int, size: int) -> torch.Tensor:
+    return load_images(OmegaConf.merge(cfg, {"num_images": num, "image_size": size})).x
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Measure every backbone of ``cfg.ckpt`` and write the report; returns the written paths and results."""
+    device = check_settings(cfg)
+    specs = resolve_backbones(cfg.ckpt, cfg.runs_root, out=cfg.out)
+    check_outputs(specs, cfg.runs_root, cfg.out)
+    models = [load_spec(spec, "cpu", seed=cfg.seed) for spec in specs]
+    for model, spec in zip(models, specs):
+        check_backbone(model, spec, cfg)
+    images = _load_images(cfg, int(cfg.num_images), int(cfg.image_size))
+    j_images = (_load_images(cfg, int(cfg.jacobian.images), int(cfg.jacobian.image_size))
+                if "jacobian" in cfg.measures else None)
+    settings = settings_of(cfg)
+    results: list[tuple[str, Diagnosis]] = []
+    written: dict[str, Any] = {"json": {}, "results": {}}
+    for spec, model in zip(specs, models):
+        model = model.to(device)
+        start = time.perf_counter()
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            print(f"{spec.name}: non-finite weights (the model diverged); its condition numbers are ∞, as the "
+                  "paper's Table 5 reports them, and the embedding measures are skipped", flush=True)
+        d = diagnose(model, images.to(device), settings, None if j_images is None else j_images.to(device),
+                     progress=lambda m, n=spec.name: print(f"{n}: {m} ...", flush=True))
+        record = {"backbone": spec.name, "args": json.loads(json.dumps(spec.args, default=str)),
+                  "image_size": int(cfg.image_size), "jacobian_image_size": int(cfg.jacobian.image_size),
+                  "jacobian_images": int(cfg.jacobian.images), "settings": OmegaConf.to_container(cfg, resolve=True),
+                  **result_to_json(d)}
+        if cfg.dense_check:
+            record["dense"] = dense_values(model, images.to(device), j_images.to(device) if j_images is not None else None,
+                                           d, cfg)
+        spec.out_dir.mkdir(parents=True, exist_ok=True)
+        written["json"][spec.name] = write_text(spec.out_dir / "conditioning.json", json.dumps(record, indent=1) + "\n")
+        write_tensorboard(d, spec.out_dir)
+        results.append((spec.name, d))
+        written["results"][spec.name] = record
+        print(f"{spec.name}: done in {time.perf_counter() - start:.0f} s -> {written['json'][spec.name]}", flush=True)
+    folder = compare_dir(cfg.runs_root, cfg.out) if len(specs) > 1 else specs[0].out_dir
+    report = tables(results)
+    written["table"] = write_text(folder / "conditioning.md", report)
+    written["figure"] = figure(results, folder / "conditioning.png")
+    print(report, flush=True)
+    print(f"table: {written['table']}\nfigure: {written['figure']}", flush=True)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    exit_on_user_error(lambda: run(load_config("conditioning", argv)))
+
+
+if __name__ == "__main__":
+    main()

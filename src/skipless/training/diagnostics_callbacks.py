@@ -1,0 +1,116 @@
+"""Callbacks that watch the paper's mechanism while a run trains (config section ``diagnostics``).
+
+``ConditioningMonitor`` measures the student backbone with ``analysis.diagnostics.diagnose`` at the
+start and every ``every_n_epochs`` epochs (and at the last): kappa(J J^T) and the per-block
+kappa(K_l K_l^T), so that the paper's Tables 5 and 6 (Ji et al., Appendix A.7, tracked "during DINO
+ViT-S training") come out of a run as curves, with the embedding ln kappa (seeds/003, Fig. 1b) and
+the effective rank (seeds/002, Section 5) beside them. TensorBoard: ``conditioning/<quantity>``
+(one tag per block, at the global step); every call is also a line of ``<run>/diagnostics.jsonl``.
+
+``BlockSignals`` logs, every ``signals_every_n_steps`` steps, what a researcher watches when a
+skipless run goes wrong (``analysis.block_signals``): per block the gradient norm (after backward,
+before DINO's per-parameter clipping), the update-to-weight ratio of the optimiser step, the
+attention entropy and mean diagonal weight, and the mean cosine between patch tokens (rank
+collapse). TensorBoard: ``signals/<name>/block<l>``.
+
+Both measure a fixed batch (``training.data.diagnostic_images``), on rank 0 only, on a forked RNG:
+observing a run never changes the crops, dropout or resume of the run it observes. On several GPUs
+the other ranks wait at the next collective while rank 0 measures (minutes at most for ViT-S).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import lightning.pytorch as pl
+import torch
+
+from ..analysis.block_signals import attention_signals, gradient_norms, parameter_snapshot, update_ratios
+from ..analysis.diagnostics import DiagnosticSettings, diagnose, result_to_json, scalars
+
+
+def _log(trainer: pl.Trainer, metrics: dict[str, float]) -> None:
+    finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
+    for logger in trainer.loggers:
+        logger.log_metrics(finite, step=trainer.global_step)
+
+
+def _student(pl_module: pl.LightningModule) -> torch.nn.Module:
+    return pl_module.student.backbone
+
+
+class ConditioningMonitor(pl.Callback):
+    """``diagnose`` of the student at the start and every ``every`` epochs (module docstring).
+
+    ``images``: builds the fixed (B, 3, S, S) batch once, when first needed.
+    """
+
+    def __init__(self, images: Callable[[], torch.Tensor], settings: DiagnosticSettings, every: int,
+                 run_dir: str | Path) -> None:
+        self.images_fn, self.settings, self.every = images, settings, int(every)
+        self.path = Path(run_dir) / "diagnostics.jsonl"
+        self._images: torch.Tensor | None = None
+        self.history: list[dict[str, Any]] = []
+
+    def _measure(self, trainer: pl.Trainer, pl_module: pl.LightningModule, epoch: int) -> None:
+        if self._images is None:
+            self._images = self.images_fn()
+        with torch.random.fork_rng(devices=[pl_module.device] if pl_module.device.type == "cuda" else []):
+            d = diagnose(_student(pl_module), self._images.to(pl_module.device), self.settings)
+        values = scalars(d)
+        _log(trainer, {f"conditioning/{k}": v for k, v in values.items()})
+        row = {"epoch": epoch, "step": trainer.global_step, **result_to_json(d)}
+        self.history.append(row)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        shown = [f"kappa(JJ^T) {d.jacobian.short()}"] if d.jacobian is not None else []
+        if d.block_jacobians:
+            shown.append("kappa(K K^T) attention " + " ".join(f"L{b} {row_['attn'].short()}"
+                                                              for b, row_ in d.block_jacobians.items()))
+        print(f"epoch {epoch}: {'; '.join(shown)} ({sum(d.seconds.values()):.0f} s)", flush=True)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero and self.every and trainer.current_epoch == 0 and trainer.global_step == 0:
+            self._measure(trainer, pl_module, 0)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch = trainer.current_epoch + 1
+        if trainer.is_global_zero and self.every and (epoch % self.every == 0 or epoch == trainer.max_epochs):
+            self._measure(trainer, pl_module, epoch)
+
+
+class BlockSignals(pl.Callback):
+    """Cheap per-block signals every ``every`` steps (module docstring)."""
+
+    def __init__(self, images: Callable[[], torch.Tensor], every: int) -> None:
+        self.images_fn, self.every = images, int(every)
+        self._images: torch.Tensor | None = None
+        self._snapshot: dict[int, list[torch.Tensor]] | None = None
+        self._grads: dict[int, float] = {}
+
+    def _due(self, trainer: pl.Trainer) -> bool:
+        return bool(self.every) and trainer.is_global_zero and trainer.global_step % self.every == 0
+
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._due(trainer):
+            student = _student(pl_module)
+            self._grads = gradient_norms(student)
+            self._snapshot = parameter_snapshot(student)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
+        if self._snapshot is None:
+            return
+        student = _student(pl_module)
+        metrics = {f"signals/grad_norm/block{b}": v for b, v in self._grads.items()}
+        metrics.update({f"signals/update_ratio/block{b}": v for b, v in update_ratios(student, self._snapshot).items()})
+        self._snapshot, self._grads = None, {}
+        if self._images is None:
+            self._images = self.images_fn()
+        with torch.random.fork_rng(devices=[pl_module.device] if pl_module.device.type == "cuda" else []):
+            found = attention_signals(student, self._images.to(pl_module.device))
+        for b, row in found.items():
+            for name in ("attention_entropy", "attention_diagonal", "token_cosine"):
+                metrics[f"signals/{name}/block{b}"] = row[name]
+        _log(trainer, metrics)
