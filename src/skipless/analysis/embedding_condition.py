@@ -24,10 +24,13 @@ Choices, so that one Figure 1b compares models with any residual wiring:
 - The aggregate over images is the mean of ln(kappa): the paper plots and tabulates condition
   numbers "in log scale" (Table 3: "the average token condition numbers in log scale"; Fig. 1b's
   e^3 against e^6), so ln kappa is the comparable number and a geometric mean is what averaging on
-  that axis means. A rank-deficient embedding gives ``inf``.
+  that axis means. A rank-deficient embedding gives ``inf``, and so does an all-zero one (the
+  decayed mode zero-initialises the branches' output projections: at init its ``attn`` and ``mlp``
+  are ``inf``).
 - All n tokens (CLS included) form the matrix: the paper's X is "an input sequence of n tokens"
   and says nothing of dropping the class token.
-- Singular values in float64, of min(n, d) of them (ViT-Tiny has d = 192 < n = 197).
+- The skip sums and the singular values in float64 (ln kappa of a skipless model reaches ~15, where
+  float32 rounding of ``x + attn`` already moves the smallest singular value), min(n, d) of them (ViT-Tiny has d = 192 < n = 197).
 """
 from __future__ import annotations
 
@@ -75,7 +78,8 @@ def embedding_conditions(model: nn.Module, images: torch.Tensor,
                 break
             t = trace_block(block, x)
             if i in wanted:
-                embeddings = {"attn": t.attn, "attn+skip": t.x + t.attn, "mlp": t.mlp, "mlp+skip": t.mid + t.mlp}
+                x64, attn, mid, mlp = (v.double() for v in (t.x, t.attn, t.mid, t.mlp))  # sums in float64 too
+                embeddings = {"attn": attn, "attn+skip": x64 + attn, "mlp": mlp, "mlp+skip": mid + mlp}
                 result[i] = {name: float(log_condition_numbers(e).mean()) for name, e in embeddings.items()}
             x = t.out
     return result
