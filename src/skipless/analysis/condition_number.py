@@ -1,0 +1,170 @@
+"""A condition number ``kappa(A) = lambda_max / lambda_min`` of a symmetric PSD ``A``, and when it is infinite.
+
+The conditioning diagnostics report ``kappa(J J^T)`` and ``kappa(K K^T)`` as the paper does
+(Ji et al., "Cutting the Skip", Appendix A.7, Tables 5 and 6), where "∞" is a legitimate entry: the
+skipless baseline's row of Table 5 is ∞ at every epoch because the run diverged and overflowed.
+So a result is a number *or* infinity with a reason, and the reason is one of three rules:
+
+* non-finite weights -> ∞, ``"non-finite weights (the model diverged)"`` (the caller checks the
+  parameters before any product; Table 5's skipless row);
+* a non-finite product ``A v`` (or a non-finite dense matrix) -> ∞, ``"overflow"``;
+* ``lambda_min <= dim * eps(dtype) * lambda_max`` -> ∞, ``"smallest eigenvalue numerically zero"``:
+  numpy's ``matrix_rank`` tolerance ``S.max() * max(M, N) * eps`` applied to ``A`` itself (whose
+  singular values are its eigenvalues). Below it the computed ``lambda_min`` is rounding noise.
+  With Lanczos the smallest Ritz value is an upper bound on ``lambda_min``, so once it is below the
+  threshold the verdict is certain even before convergence. Note the threshold grows with ``dim``:
+  in float32 with ``dim = 75 648`` (one 224 px image on ViT-S) it is ``9e-3 * lambda_max``, so any
+  ``kappa`` above about 110 reads ∞ there; float64 (the default) resolves up to about ``6e10``.
+
+Otherwise ``value = largest / smallest``. If Lanczos stopped at ``max_iter`` before both ends met
+their tolerance, the largest Ritz value under-estimates ``lambda_max`` and the smallest over-estimates
+``lambda_min``, so the value is a *lower bound* on ``kappa``; ``converged`` is False and ``short()``
+prints it as ``≥ ...``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..errors import SkiplessError
+from .lanczos import Spectrum, extreme_eigenvalues
+
+__all__ = [
+    "Condition", "DenseMatrixError", "DIVERGED", "OVERFLOW", "NUMERICALLY_ZERO",
+    "zero_threshold", "condition_from_spectrum", "operator_condition", "dense_condition", "infinite_condition",
+]
+
+DIVERGED = "non-finite weights (the model diverged)"
+OVERFLOW = "overflow"
+NUMERICALLY_ZERO = "smallest eigenvalue numerically zero"
+
+
+class DenseMatrixError(SkiplessError, ValueError):
+    """A dense matrix whose shape the requested condition number does not fit."""
+
+
+def zero_threshold(dim: int, dtype: torch.dtype) -> float:
+    """The relative size ``dim * eps(dtype)`` below which an eigenvalue is numerically zero (numpy's
+    ``matrix_rank`` convention)."""
+    return dim * float(torch.finfo(dtype).eps)
+
+
+def _number(x: float) -> float | str:
+    return x if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
+
+
+def _compact(x: float) -> str:
+    if x < 100:
+        return f"{x:.3g}"
+    if x < 1e5:
+        return f"{x:.0f}"
+    mantissa, exponent = f"{x:.2g}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``kappa(A)`` of a symmetric PSD ``A`` with how it was obtained.
+
+    ``value``: ``largest / smallest``, ``math.inf`` when ``reason`` says why (see the module rules),
+    a lower bound when not ``converged``; ``largest``/``smallest``: the extreme eigenvalue estimates
+    (NaN when never computed); ``*_residual``: their ``||A y - theta y||`` (0 for the dense path);
+    ``iterations``: products ``A v`` (0 for dense); ``dim``: the size of ``A``; ``method``:
+    ``"lanczos"`` or ``"dense"``.
+    """
+
+    value: float
+    reason: str | None
+    largest: float
+    smallest: float
+    largest_residual: float
+    smallest_residual: float
+    iterations: int
+    dim: int
+    converged: bool
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-safe dict: infinities and NaNs become the strings ``"inf"``, ``"-inf"``, ``"nan"``."""
+        return {k: _number(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+    def short(self) -> str:
+        """One cell of a table: ``207``, ``∞ (smallest eigenvalue numerically zero)``, ``≥ 1.3e6 (not converged)``."""
+        if self.reason is not None:
+            return f"∞ ({self.reason})"
+        if not self.converged:
+            return f"≥ {_compact(self.value)} (not converged)"
+        return _compact(self.value)
+
+
+def infinite_condition(reason: str, dim: int, method: str = "lanczos") -> Condition:
+    """``kappa = ∞`` decided before (or without) any eigenvalue, e.g. for non-finite weights."""
+    nan = math.nan
+    return Condition(math.inf, reason, nan, nan, nan, nan, 0, dim, True, method)
+
+
+def condition_from_spectrum(spectrum: Spectrum, dtype: torch.dtype) -> Condition:
+    """Apply the module's rules to a Lanczos result computed in ``dtype``."""
+    s = spectrum
+    if not s.finite:
+        return Condition(math.inf, OVERFLOW, s.largest, s.smallest, s.largest_residual, s.smallest_residual,
+                         s.iterations, s.dim, False, "lanczos")
+    zero = s.largest <= 0 or s.smallest <= zero_threshold(s.dim, dtype) * s.largest
+    return Condition(
+        value=math.inf if zero else s.largest / s.smallest,
+        reason=NUMERICALLY_ZERO if zero else None,
+        largest=s.largest, smallest=s.smallest,
+        largest_residual=s.largest_residual, smallest_residual=s.smallest_residual,
+        iterations=s.iterations, dim=s.dim, converged=bool(zero or s.converged), method="lanczos",
+    )
+
+
+def operator_condition(
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    dim: int,
+    *,
+    tol: float = 1e-3,
+    max_iter: int = 300,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> Condition:
+    """``kappa(A)`` of the symmetric PSD operator ``matvec(v) = A v`` by Lanczos (``lanczos.py``),
+    stopping early once the smallest eigenvalue is certainly numerically zero."""
+    spectrum = extreme_eigenvalues(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
+                                   device=device, zero_tol=zero_threshold(dim, dtype))
+    return condition_from_spectrum(spectrum, dtype)
+
+
+def dense_condition(matrix: torch.Tensor | np.ndarray, *, gram: bool = False) -> Condition:
+    """``kappa`` of a dense matrix, in its own dtype.
+
+    ``gram=False``: ``matrix`` is the symmetric PSD ``A`` itself (``eigvalsh``). ``gram=True``:
+    ``A = M M^T`` for ``matrix = M`` of any shape, from the squared singular values of ``M`` (more
+    accurate than forming ``M M^T``); ``A`` has size ``rows``, and when ``rows > cols`` its smallest
+    eigenvalue is exactly zero.
+    """
+    m = torch.as_tensor(matrix)
+    if m.ndim != 2 or not m.is_floating_point():
+        raise DenseMatrixError(f"expected a 2-D floating-point matrix, got shape {tuple(m.shape)} of {m.dtype}")
+    rows, cols = m.shape
+    if not bool(torch.isfinite(m).all()):
+        return infinite_condition(OVERFLOW, rows, "dense")
+    if gram:
+        s = torch.linalg.svdvals(m)
+        eig = (s * s).flip(0)
+        if rows > cols:
+            eig = torch.cat([eig.new_zeros(rows - cols), eig])
+    else:
+        if rows != cols or not torch.allclose(m, m.T, rtol=1e-10 if m.dtype == torch.float64 else 1e-5, atol=0):
+            raise DenseMatrixError(
+                f"expected a symmetric matrix (or gram=True for M M^T), got shape {tuple(m.shape)}")
+        eig = torch.linalg.eigvalsh(m)
+    largest, smallest = float(eig[-1]), float(eig[0])
+    zero = largest <= 0 or smallest <= zero_threshold(rows, m.dtype) * largest
+    return Condition(math.inf if zero else largest / smallest, NUMERICALLY_ZERO if zero else None,
+                     largest, smallest, 0.0, 0.0, 0, rows, True, "dense")

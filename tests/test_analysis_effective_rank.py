@@ -1,0 +1,82 @@
+"""Effective rank (skipless.analysis.effective_rank): known spectra, and numpy on hooked block outputs."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from skipless.analysis.effective_rank import (EffectiveRankError, block_effective_ranks, effective_rank,
+                                              sample_covariance, spectral_entropy)
+from skipless.errors import SkiplessError
+from skipless.models import create_vit
+
+
+def numpy_effective_rank(features):
+    """exp of the entropy of the normalised singular values of numpy.cov (rows = samples as variables)."""
+    s = np.linalg.svd(np.cov(np.asarray(features, dtype=np.float64)), compute_uv=False)
+    p = s / s.sum()
+    p = p[p > 0]
+    return float(np.exp(-(p * np.log(p)).sum()))
+
+
+def test_covariance_is_numpy_cov_of_the_samples():
+    f = torch.randn(5, 7)
+    np.testing.assert_allclose(sample_covariance(f).numpy(), np.cov(f.double().numpy()), rtol=1e-12, atol=1e-12)
+
+
+def test_identity_covariance_has_full_rank():
+    # rows e_i - e_{i+4}: zero mean each, orthogonal, equal norms -> covariance proportional to I_4
+    f = torch.cat([torch.eye(4), -torch.eye(4)], dim=1)
+    np.testing.assert_allclose(sample_covariance(f).numpy(), np.eye(4) * 2 / 7, atol=1e-15)
+    assert effective_rank(f) == pytest.approx(4.0, rel=1e-12)
+
+
+def test_rank_one_features_have_rank_one():
+    a, v = torch.randn(6, 1, dtype=torch.float64), torch.randn(1, 10, dtype=torch.float64)
+    assert effective_rank(a * v + 3.0) == pytest.approx(1.0, abs=1e-6)  # a per-sample offset is centred away
+
+
+def test_hand_computed_two_value_spectrum():
+    # covariance eigenvalues proportional to (3, 1, 0): p = (3/4, 1/4)
+    f = torch.zeros(3, 6, dtype=torch.float64)
+    f[0, 0], f[0, 1] = math.sqrt(3), -math.sqrt(3)
+    f[1, 2], f[1, 3] = 1.0, -1.0
+    entropy = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert spectral_entropy(torch.tensor([3.0, 1.0, 0.0])) == pytest.approx(entropy, rel=1e-12)
+    assert effective_rank(f) == pytest.approx(math.exp(entropy), rel=1e-9)
+
+
+def test_random_features_match_numpy():
+    f = torch.randn(16, 40) @ torch.randn(40, 40)
+    assert effective_rank(f) == pytest.approx(numpy_effective_rank(f.numpy()), rel=1e-9)
+
+
+def test_block_ranks_match_numpy_on_hooked_outputs():
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", depth=2, img_size=32, patch_size=8).train()
+    images = torch.randn(6, 3, 32, 32)
+    outputs = {}
+    handles = [blk.register_forward_hook(lambda m, a, out, i=i: outputs.__setitem__(i, out.detach().double().numpy()))
+               for i, blk in enumerate(model.blocks)]
+    with torch.no_grad():
+        model.eval()(images)
+    for h in handles:
+        h.remove()
+    model.train()
+    got = block_effective_ranks(model, images)
+    assert model.training
+    assert sorted(got) == [0, 1]
+    for i, out in outputs.items():
+        assert got[i]["cls"] == pytest.approx(numpy_effective_rank(out[:, 0]), rel=1e-6)
+        assert got[i]["patch_mean"] == pytest.approx(numpy_effective_rank(out[:, 1:].mean(axis=1)), rel=1e-6)
+        assert 1.0 <= got[i]["cls"] <= 6.0
+    assert list(block_effective_ranks(model, images, blocks=-1)) == [1]
+
+
+def test_fewer_than_two_images_is_refused_in_one_sentence():
+    model = create_vit("vit_tiny", depth=1, img_size=32)
+    with pytest.raises(EffectiveRankError, match="at least 2") as err:
+        block_effective_ranks(model, torch.randn(1, 3, 32, 32))
+    assert isinstance(err.value, SkiplessError) and str(err.value).count(". ") == 0
+    with pytest.raises(EffectiveRankError, match="N >= 2"):
+        effective_rank(torch.randn(1, 8))

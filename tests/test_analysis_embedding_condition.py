@@ -1,0 +1,98 @@
+"""Condition numbers of the sub-block output embeddings (skipless.analysis.embedding_condition),
+checked against numpy SVDs of tensors caught with forward hooks on the model's own forward."""
+import numpy as np
+import pytest
+import torch
+
+from skipless.analysis.embedding_condition import EMBEDDINGS, embedding_conditions, log_condition_numbers
+from skipless.models import create_vit
+from skipless.models.features import FeatureRequestError
+
+
+def small_vit(residual, **kw):
+    torch.manual_seed(0)
+    return create_vit("vit_tiny", residual=residual, depth=2, img_size=32, patch_size=8, **kw)
+
+
+def hooked_intermediates(model, images):
+    """Per block, numpy float64 copies of: block input, attention branch, the MLP's input stream, MLP branch."""
+    caught = {}
+
+    def keep(i, name, pre):
+        def hook(module, args, output=None):
+            caught.setdefault(i, {})[name] = (args[0] if pre else output).detach().double().numpy()
+        return hook
+
+    handles = []
+    for i, blk in enumerate(model.blocks):
+        handles += [blk.register_forward_pre_hook(keep(i, "x", True)),
+                    blk.ls1.register_forward_hook(keep(i, "attn", False)),
+                    blk.norm2.register_forward_pre_hook(keep(i, "mid", True)),
+                    blk.ls2.register_forward_hook(keep(i, "mlp", False))]
+    try:
+        with torch.no_grad():
+            model.eval()(images)
+    finally:
+        for h in handles:
+            h.remove()
+    return caught
+
+
+def numpy_mean_log_kappa(batch):
+    logs = []
+    for a in batch:
+        s = np.linalg.svd(a, compute_uv=False)
+        logs.append(np.inf if s.min() == 0 else np.log(s.max() / s.min()))  # an all-zero matrix too
+    return float(np.mean(logs))
+
+
+@pytest.mark.parametrize("residual", ["skip", "skipless", "decayed"])
+def test_matches_numpy_svd_of_hooked_tensors(residual):
+    model = small_vit(residual)
+    images = torch.randn(3, 3, 32, 32)
+    got = embedding_conditions(model, images)
+    caught = hooked_intermediates(model, images)
+    assert sorted(got) == [0, 1]
+    for i, t in caught.items():
+        expected = {"attn": t["attn"], "attn+skip": t["x"] + t["attn"], "mlp": t["mlp"], "mlp+skip": t["mid"] + t["mlp"]}
+        assert set(got[i]) == set(EMBEDDINGS)
+        for name, matrix in expected.items():
+            assert got[i][name] == pytest.approx(numpy_mean_log_kappa(matrix), rel=1e-6), (i, name)
+    if residual == "decayed":  # its branches' output projections start at zero
+        assert got[0]["attn"] == got[0]["mlp"] == np.inf
+
+
+def test_skip_model_with_skip_is_its_own_block_state():
+    """For a skip model 'attn+skip' is the block's own mid, 'mlp+skip' its output."""
+    model = small_vit("skip")
+    images = torch.randn(2, 3, 32, 32)
+    got = embedding_conditions(model, images, blocks=[-1])
+    caught = hooked_intermediates(model, images)[1]
+    assert list(got) == [1]
+    assert got[1]["attn+skip"] == pytest.approx(numpy_mean_log_kappa(caught["mid"]), rel=1e-4)
+
+
+def test_model_mode_and_grad_mode_restored_and_dropout_ignored():
+    model = small_vit("skip", drop_path_rate=0.5, proj_drop_rate=0.5)
+    model.train()
+    model.blocks[0].mlp.eval()
+    images = torch.randn(2, 3, 32, 32)
+    first = embedding_conditions(model, images)
+    assert model.training and model.blocks[1].attn.training and not model.blocks[0].mlp.training
+    assert torch.is_grad_enabled()
+    assert embedding_conditions(model, images) == first
+    assert embedding_conditions(model.eval(), images) == first
+
+
+def test_log_condition_numbers_of_known_matrices():
+    diag = torch.zeros(1, 4, 6, dtype=torch.float64)
+    diag[0, range(4), range(4)] = torch.tensor([8.0, 4.0, 2.0, 0.5], dtype=torch.float64)
+    assert float(log_condition_numbers(diag)) == pytest.approx(np.log(8.0 / 0.5))
+    rank_one = torch.ones(1, 4, 6)
+    assert float(log_condition_numbers(rank_one)) == np.inf
+    assert float(log_condition_numbers(torch.zeros(1, 4, 6))) == np.inf
+
+
+def test_unknown_block_is_a_user_error():
+    with pytest.raises(FeatureRequestError, match="out of range"):
+        embedding_conditions(small_vit("skip"), torch.randn(2, 3, 32, 32), blocks=5)
