@@ -32,7 +32,7 @@ PRETRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,d
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain probe tokencut pca bench tensorboard test clean
+.PHONY: help setup data pretrain probe tokencut pca conditioning bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -48,9 +48,10 @@ help: ## list targets and variables
 	@echo "Other variables:"
 	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
-	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca)"
+	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
 	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
-	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); released weights:"
+	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); CKPT=init:<model>[:<arch>]: a preset at init;"
+	@echo "       released weights:"
 	@echo "       CKPT=dino_deitsmall16_pretrain.pth:vit_small (a state dict + its arch) or CKPT=timm:<cached timm name>"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
@@ -78,6 +79,9 @@ tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= 
 
 pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
 	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,images,$(IMAGES)) $(call opt,out,$(OUT)) $(ARGS)
+
+conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective rank per block: LAYER= CKPT= IMAGES= ARGS=
+	$(PY) -m eval.conditioning $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,images,$(IMAGES)) $(call opt,out,$(OUT)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json
 	$(PY) -m bench $(ARGS)

@@ -5,6 +5,8 @@ Sections (each can be chosen with ``--only``):
 - ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S (``pretrain_step.py``).
 - ``probe``: a linear-probe lr sweep with cached features vs running the backbone every step, on
   the embedded default (``probe_sweep.py``; needs a run under ``runs/``, the repo root as cwd).
+- ``conditioning``: kappa(J J^T) matrix-free against dense, on ViT-S at 224 px, and ``make
+  conditioning`` on one ViT-S backbone (``conditioning.py``).
 - ``tokencut``: TokenCut's eigensolve per image against the dense generalized float64 scipy solve,
   and the share of identical boxes (``tokencut_solvers.py``).
 
@@ -21,12 +23,13 @@ from pathlib import Path
 
 import torch
 
+from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
 from .probe_sweep import bench_probe
 from .table import markdown_table
 from .tokencut_solvers import bench_section
 
-SECTIONS = ("pretrain", "init", "probe", "tokencut")
+SECTIONS = ("pretrain", "init", "probe", "tokencut", "conditioning")
 
 
 def main() -> None:
@@ -59,6 +62,9 @@ def main() -> None:
         print(markdown_table(rows, ["way", "sweep_s", "lr", "miou"]))
     if "tokencut" in args.only:
         results["tokencut"], text = bench_section(args.quick)
+        print(text)
+    if "conditioning" in args.only:
+        results["conditioning"], text = section_conditioning(args.quick)
         print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

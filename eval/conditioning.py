@@ -20,6 +20,7 @@ measurement starts.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import sys
@@ -30,13 +31,16 @@ from typing import Any, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from skipless.analysis.condition_number import Condition
-from skipless.analysis.diagnostics import DTYPES, MEASURES, DiagnosticSettings, Diagnosis, diagnose, result_to_json
+from skipless.analysis.condition_number import Condition, dense_condition
+from skipless.analysis.diagnostics import (DTYPES, MEASURES, DiagnosticSettings, Diagnosis, diagnose, diagnosed_blocks,
+                                           result_to_json)
+from skipless.analysis.jacobians import check_dense_size, network_jacobian_dense, sub_block_jacobian_dense
+from skipless.analysis.sub_blocks import embed_tokens, shortcut_gains, trace_block
 from skipless.analysis.embedding_condition import EMBEDDINGS
 from skipless.config import load_config
 from skipless.config_rules import Rule, boolean, integer, number, one_of, optional, text
 from skipless.errors import exit_on_user_error
-from skipless.models import patch_grid, resolve_layers
+from skipless.models import patch_grid
 
 from .backbones import BackboneSpec, load_spec, resolve_backbones
 from .devices import resolve_device
@@ -79,39 +83,54 @@ def settings_of(cfg: DictConfig) -> DiagnosticSettings:
                               dtype=str(cfg.solver.dtype), seed=int(cfg.seed))
 
 
+def _tokens(model: torch.nn.Module, size: int) -> int:
+    rows, cols = patch_grid(model, size, size)
+    return rows * cols + int(getattr(model, "num_prefix_tokens", 1))
+
+
 def check_backbone(model: torch.nn.Module, spec: BackboneSpec, cfg: DictConfig) -> list[int]:
     """What depends on the backbone, before any measurement: its blocks, the image sizes, the dense
     check's size. Returns the resolved blocks."""
-    blocks = resolve_layers(settings_of(cfg).layers, len(model.blocks))
-    patch_grid(model, cfg.image_size, cfg.image_size)
-    if "jacobian" in cfg.measures:
-        patch_grid(model, cfg.jacobian.image_size, cfg.jacobian.image_size)
+    blocks = diagnosed_blocks(settings_of(cfg).layers, len(model.blocks))
+    n = _tokens(model, int(cfg.image_size))
+    n_j = _tokens(model, int(cfg.jacobian.image_size)) if "jacobian" in cfg.measures else 0
     if cfg.dense_check:
-        from skipless.analysis.jacobians import check_dense_size
-        rows, cols = patch_grid(model, cfg.jacobian.image_size, cfg.jacobian.image_size)
-        n, d = rows * cols + int(getattr(model, "num_prefix_tokens", 1)), model.embed_dim
-        params = sum(p.numel() for p in model.blocks.parameters())
+        d, limit = model.embed_dim, int(cfg.dense_max_entries)
         if "jacobian" in cfg.measures:
-            check_dense_size(int(cfg.jacobian.images) * n * d * params, int(cfg.dense_max_entries),
-                             f"the full Jacobian of {spec.name}")
+            params = sum(p.numel() for p in model.blocks.parameters())
+            check_dense_size(int(cfg.jacobian.images) * n_j * d, params, limit,
+                             f"jacobian.images, jacobian.image_size or the depth of {spec.name} (dense_check=false "
+                             "keeps the matrix-free value only)")
         if "blocks" in cfg.measures:
-            rows, cols = patch_grid(model, cfg.image_size, cfg.image_size)
-            nd = (rows * cols + int(getattr(model, "num_prefix_tokens", 1))) * d
-            check_dense_size(nd * nd, int(cfg.dense_max_entries), f"a sub-block Jacobian of {spec.name}")
+            check_dense_size(n * d, n * d, limit, f"image_size for {spec.name} (dense_check=false keeps the "
+                             "matrix-free value only)")
     return blocks
 
 
-def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.Tensor, d: Diagnosis,
+def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.Tensor | None, d: Diagnosis,
                  cfg: DictConfig) -> dict[str, Any]:
     """The exact float64 kappa of every Jacobian the diagnosis measured matrix-free (``dense_check``)."""
-    from skipless.analysis.jacobians import dense_block_conditions, dense_network_condition
-
+    limit = int(cfg.dense_max_entries)
     out: dict[str, Any] = {}
-    if d.jacobian is not None and not d.diverged:
-        out["jacobian"] = dense_network_condition(model, j_images, max_entries=int(cfg.dense_max_entries)).to_json()
-    if d.block_jacobians is not None and not d.diverged:
-        found = dense_block_conditions(model, images[:1], d.blocks, max_entries=int(cfg.dense_max_entries))
-        out["block_jacobians"] = {str(b): {k: c.to_json() for k, c in row.items()} for b, row in found.items()}
+    if d.diverged:
+        return out
+    if d.jacobian is not None and j_images is not None:
+        out["jacobian"] = dense_condition(network_jacobian_dense(model, j_images, max_entries=limit), gram=True).to_json()
+    if d.block_jacobians is not None:
+        out["block_jacobians"] = {}
+        net = copy.deepcopy(model).double().eval()
+        with torch.no_grad():
+            x = embed_tokens(net, images[:1].double())
+        for i, block in enumerate(net.blocks[: max(d.blocks) + 1]):
+            with torch.no_grad():
+                t = trace_block(block, x)
+            if i in d.blocks:
+                g_a, g_m = shortcut_gains(block)
+                out["block_jacobians"][str(i)] = {
+                    name: dense_condition(sub_block_jacobian_dense(block, u, name, g, max_entries=limit),
+                                          gram=True).to_json()
+                    for name, u, g in (("attn", t.u_attn, g_a), ("mlp", t.u_mlp, g_m))}
+            x = t.out
     return out
 
 
@@ -226,12 +245,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     device = check_settings(cfg)
     specs = resolve_backbones(cfg.ckpt, cfg.runs_root, out=cfg.out)
     check_outputs(specs, cfg.runs_root, cfg.out)
-    models = [load_spec(spec, "cpu", seed=cfg.seed) for spec in specs]
-    for model, spec in zip(models, specs):
-        check_backbone(model, spec, cfg)
     images = _load_images(cfg, int(cfg.num_images), int(cfg.image_size))
     j_images = (_load_images(cfg, int(cfg.jacobian.images), int(cfg.jacobian.image_size))
                 if "jacobian" in cfg.measures else None)
+    models = [load_spec(spec, "cpu", seed=cfg.seed) for spec in specs]
+    for model, spec in zip(models, specs):
+        check_backbone(model, spec, cfg)
     settings = settings_of(cfg)
     results: list[tuple[str, Diagnosis]] = []
     written: dict[str, Any] = {"json": {}, "results": {}}

@@ -22,3 +22,12 @@ def test_tokencut_solvers_agree_where_the_ncut_vector_is_unique(tmp_path):
     assert set(r["median_seconds_per_image"]) == {"torch_float64", "torch_float32", "lapack_float64", "scipy_dense",
                                                   "scipy_subset"}
     assert r["identical_boxes_where_unique"]["lapack_float64"] in (None, pytest.approx(1.0))
+
+
+def test_conditioning_bench_compares_the_matrix_free_kappa_with_the_dense_one():
+    from bench.conditioning import dense_vs_free
+
+    r = dense_vs_free()
+    assert r["shape_of_J"][0] == 2 * 5 * 48
+    assert r["largest_rel_gap"] < 1e-2 and r["smallest_rel_gap"] < 1e-2
+    assert r["kappa_matrix_free"] == pytest.approx(r["kappa_dense"], rel=2e-2)

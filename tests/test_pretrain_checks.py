@@ -26,6 +26,7 @@ TINY_FOLDER = [
     "dino.global_crop_size=32", "dino.local_crop_size=16", "dino.local_crops_number=1",
     "train.batch_size_per_device=4", "train.epochs=2", "optim.warmup_epochs=0", "train.export_epochs=[]",
     "train.log_every_n_steps=1", "train.accelerator=cpu",
+    "diagnostics.every_n_epochs=0", "diagnostics.signals_every_n_steps=0",  # tests/test_pretrain_diagnostics.py
 ]
 
 
@@ -46,6 +47,8 @@ def run_main(tmp_path, capsys, *args: str) -> tuple[int, str]:
 
 @pytest.mark.parametrize("args, message", [
     (["train.epochs=0"], "train.epochs must be an integer >= 1, got 0"),
+    (["diagnostics.layers=[0,5]"], "diagnostics.layers lists blocks [5] that a 1-block model does not have"),
+    (["diagnostics.dtype=float16"], "diagnostics.dtype must be one of float64, float32, got float16"),
     (["optim=soap", "model.lr.soap=nan"], "model.lr.soap must be a finite number > 0, got nan"),
     (["optim.lr_scale=inf"], "optim.lr_scale must be a finite number > 0, got inf"),
     (["train.epochs=3", "optim.warmup_epochs=10"],

@@ -42,7 +42,7 @@ from .sub_blocks import attention_branch, embed_tokens, mlp_branch, shortcut_gai
 
 __all__ = [
     "JacobianArgumentError", "JacobianTooLargeError", "network_jacobian_condition", "network_jacobian_dense",
-    "sub_block_jacobian_condition", "sub_block_jacobian_dense", "block_jacobian_conditions",
+    "sub_block_jacobian_condition", "sub_block_jacobian_dense", "block_jacobian_conditions", "check_dense_size",
 ]
 
 BRANCHES = {"attn": attention_branch, "mlp": mlp_branch}
@@ -76,7 +76,7 @@ def _check_images(images: torch.Tensor) -> torch.Tensor:
     return images
 
 
-def _check_size(rows: int, cols: int, max_entries: float, lower: str) -> None:
+def check_dense_size(rows: int, cols: int, max_entries: float, lower: str) -> None:
     if rows * cols > max_entries:
         raise JacobianTooLargeError(
             f"the dense Jacobian would be {rows} x {cols} = {rows * cols:.3g} entries, above "
@@ -148,7 +148,7 @@ def network_jacobian_dense(
     small cases; refuses beyond ``max_entries`` entries."""
     net, f, params, x0 = _network(model, images, dtype)
     cols = sum(p.numel() for p in params.values())
-    _check_size(x0.numel(), cols, max_entries, "the number of images, the resolution or the depth")
+    check_dense_size(x0.numel(), cols, max_entries, "the number of images, the resolution or the depth")
     with use_explicit_attention(net):
         jac = jacrev(f)(params)
     return torch.cat([j.reshape(x0.numel(), -1) for j in jac.values()], dim=1)
@@ -201,7 +201,7 @@ def sub_block_jacobian_dense(
 ) -> torch.Tensor:
     """The dense ``K + g I`` (``nd x nd``) for small cases; refuses beyond ``max_entries`` entries."""
     blk, f, u = _branch(block, u, branch, dtype)
-    _check_size(u.numel(), u.numel(), max_entries, "the resolution (fewer tokens) or the width")
+    check_dense_size(u.numel(), u.numel(), max_entries, "the resolution (fewer tokens) or the width")
     with use_explicit_attention(blk):
         k = jacrev(f)(u).reshape(u.numel(), u.numel())
     return k + shortcut * torch.eye(u.numel(), dtype=k.dtype, device=k.device)

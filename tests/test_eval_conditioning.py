@@ -1,0 +1,89 @@
+"""make conditioning: several backbones in one report, the dense check, and bad input refused first."""
+import json
+import math
+
+import pytest
+import torch
+
+from eval.conditioning import main, run
+from skipless.analysis.condition_number import dense_condition
+from skipless.analysis.jacobians import network_jacobian_dense
+from skipless.config import load_config
+from skipless.models import create_vit, load_backbone, save_backbone
+from tests.eval_fixtures import tiny_run
+
+SMALL = ["image_size=32", "jacobian.image_size=32", "num_images=3", "layers=all", "solver.max_iter=400"]
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """Generated images and a 2-block ViT of width 24 (its dense Jacobians fit in a test)."""
+    root = tmp_path_factory.mktemp("conditioning")
+    data, _ = tiny_run(root, n_train=4, n_val=4, seed=0, img_size=32)
+    torch.manual_seed(0)
+    run_dir = root / "runs" / "narrow"
+    save_backbone(run_dir / "backbone.pt", create_vit("vit_tiny", residual="skip", depth=2, embed_dim=24, num_heads=2,
+                                                      img_size=32))
+    return root, data, run_dir
+
+
+def cfg_of(root, data, *extra):
+    return load_config("conditioning", [*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", *extra])
+
+
+def test_matrix_free_values_match_the_dense_jacobians_and_the_report_has_every_backbone(small_run):
+    root, data, run_dir = small_run
+    written = run(cfg_of(root, data, f"ckpt={run_dir} random", "dense_check=true"))
+    record = json.loads((run_dir / "eval" / "conditioning.json").read_text())
+    assert record["blocks"] == [0, 1] and record["images"] == 3 and record["tokens"] == 5
+    for free, dense in [(record["jacobian"], record["dense"]["jacobian"])] + [
+            (record["block_jacobians"][b][k], record["dense"]["block_jacobians"][b][k]) for b in "01" for k in ("attn", "mlp")]:
+        assert free["converged"] and free["reason"] is None
+        assert free["largest"] == pytest.approx(dense["largest"], rel=1e-2)
+        assert free["smallest"] == pytest.approx(dense["smallest"], rel=1e-2)
+    table = written["table"].read_text()
+    assert written["table"] == root / "runs" / "compare" / "conditioning.md"
+    assert "| narrow |" in table and "| random |" in table and "Table 6" in table
+    assert written["figure"].stat().st_size > 0
+    assert list((run_dir / "eval" / "tb").glob("events.out.tfevents.*"))
+
+
+def test_the_jacobian_is_of_the_blocks_parameters_at_the_last_blocks_tokens(small_run):
+    """J's size: m n d rows, one column per parameter of the blocks (the embedding and final norm excluded)."""
+    root, data, run_dir = small_run
+    backbone = load_backbone(run_dir / "backbone.pt")
+    images = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    jac = network_jacobian_dense(backbone, images)
+    assert jac.shape == (2 * 5 * 24, sum(p.numel() for p in backbone.blocks.parameters()))
+    assert math.isfinite(dense_condition(jac, gram=True).value)
+
+
+def test_a_diverged_checkpoint_is_reported_infinite_with_its_reason(small_run, capsys):
+    root, data, _ = small_run
+    model = create_vit("vit_tiny", residual="skipless", depth=2, embed_dim=24, num_heads=2, img_size=32)
+    with torch.no_grad():
+        model.blocks[1].mlp.fc1.weight[0, 0] = float("nan")
+    save_backbone(root / "runs" / "diverged" / "backbone.pt", model)
+    run(cfg_of(root, data, f"ckpt={root / 'runs' / 'diverged'}"))
+    assert "non-finite weights (the model diverged)" in capsys.readouterr().out
+    record = json.loads((root / "runs" / "diverged" / "eval" / "conditioning.json").read_text())
+    assert record["diverged"] and record["jacobian"]["value"] == "inf"
+    assert record["jacobian"]["reason"] == "non-finite weights (the model diverged)"
+    assert record["embeddings_log_kappa"] is None
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["layers=[5]"], "block 5 is out of range: the backbone has 2 blocks"),
+    (["dense_check=true", "dense_max_entries=1000"], "lower jacobian.images, jacobian.image_size or the depth"),
+    (["num_images=1"], "num_images must be an integer >= 2, got 1"),
+    (["image_size=30"], "not a multiple of the patch size"),
+    (["measures=[jacobian,nonsense]"], "measures must be a non-empty list of measures among"),
+])
+def test_bad_input_is_one_sentence_before_anything_is_written(small_run, extra, message):
+    root, data, run_dir = small_run
+    out = root / "bad-out"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", f"out={out}", *extra])
+    err = str(exit_info.value.code)
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
