@@ -6,6 +6,26 @@ Gaussian image; minutes). ``network``: ``kappa(J J^T)`` for skip and skipless + 
 float32, with the time per ``J J^T v`` product, the total time and the Lanczos iterations.
 ``blocks``: ``block_jacobian_conditions`` on blocks 0, 4, 7, 11. ``product``: only the per-product
 times. ``MAX_ITER`` (environment, default 300) caps Lanczos; ``RESIDUAL=skip`` (or ``skipless``) keeps one model.
+
+Measured (2-core machine shared with another job, one thread, ViT-S at init, seed 0, tol 1e-3):
+
+    kappa(J J^T)        px  dtype    s/product  iterations  total  result
+    skip                112 float64  0.49       300         151 s  >= 371 (not converged; lambda_min res 13 at 283.5)
+    skip                112 float32  0.32       300          87 s  >= 373 (not converged)
+    skipless+cutskip    112 float64  0.67        54          37 s  inf (lambda_min 2.9e-5 vs lambda_max 8.2e6)
+    skipless+cutskip    112 float32  0.26         2           1 s  inf (float32 threshold 2.3e-3 * lambda_max)
+    skip                224 float64  1.83       300         479 s  >= 1687 (not converged; lambda_min res 27 at 153.6)
+    skip                224 float32  0.85         4           4 s  inf (float32 threshold 9e-3 * lambda_max)
+    skipless+cutskip    224 float64  1.60        49          86 s  inf (lambda_min 4.5e-4 vs lambda_max 3.3e7)
+    skipless+cutskip    224 float32  0.89         2           2 s  inf
+
+    block_jacobian_conditions, 224 px, blocks 0/4/7/11 (attn, mlp):
+    skip               33 s: 2.81/3.08, 2.71/3.12, 2.76/3.14, 2.82/3.10 (28-90 iterations, all converged)
+    skipless+cutskip  190 s: attn >= 2.2e6, >= 8.1e5, >= 1.2e8, inf; mlp >= 1.6e5 ... 4.3e5 (300, not converged)
+
+The largest eigenvalue converges in a few dozen products; the smallest, at the bottom of a dense
+spectrum, does not within 300, so finite values are flagged lower bounds. float32 cannot resolve
+kappa above ``1 / (dim * eps32)`` (435 at 112 px, 111 at 224 px for one image): use float64.
 """
 from __future__ import annotations
 
