@@ -11,5 +11,6 @@ EVALUATORS: dict[str, tuple[str, ...]] = {
               "linear_probe", "miou"),
     "tokencut": ("tokencut", "tokencut_result", "tokencut_outputs", "ncut", "corloc"),
     "pca": ("pca", "pca_maps"),
+    "conditioning": ("conditioning",),
 }
 SHARED: tuple[str, ...] = ("backbones", "devices", "images", "output_dirs", "report", "settings_rules", "square_images")

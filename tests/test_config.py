@@ -92,6 +92,10 @@ DEMO = {
     "train.log_every_n_steps": 10, "train.knn_every_n_epochs": 2, "train.knn_k": 20,
     "train.keep_checkpoints": False, "train.export_epochs": [], "train.max_steps": -1,
     "train.limit_train_batches": 1.0,
+    # added with the conditioning diagnostics (issue 13): the demo measures at epochs 0, 2, 4
+    "diagnostics.every_n_epochs": 2, "diagnostics.signals_every_n_steps": 10, "diagnostics.layers": "paper",
+    "diagnostics.images": 16, "diagnostics.jacobian_images": 1, "diagnostics.tol": 1e-3, "diagnostics.max_iter": 300,
+    "diagnostics.dtype": "float64",
     "data.name": "default", "data.root": "data/default", "data.n_train": 2000, "data.n_val": 1000, "data.seed": 0,
     "choices.model": "skipless", "choices.optim": "adamw", "choices.data": "default", "choices.recipe": "demo",
 }
