@@ -33,9 +33,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from skipless.analysis.condition_number import Condition, dense_condition
 from skipless.analysis.diagnostics import (DTYPES, MEASURES, DiagnosticSettings, Diagnosis, diagnose, diagnosed_blocks,
-                                           result_to_json)
+                                           result_to_json, scalars)
 from skipless.analysis.jacobians import check_dense_size, network_jacobian_dense, sub_block_jacobian_dense
-from skipless.analysis.sub_blocks import embed_tokens, shortcut_gains, trace_block
+from skipless.analysis.sub_blocks import embed_tokens, has_finite_weights, shortcut_gains, traced_blocks
 from skipless.analysis.embedding_condition import EMBEDDINGS
 from skipless.config import load_config
 from skipless.config_rules import Rule, boolean, integer, number, one_of, optional, text
@@ -121,16 +121,11 @@ def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.T
         net = copy.deepcopy(model).double().eval()
         with torch.no_grad():
             x = embed_tokens(net, images[:1].double())
-        for i, block in enumerate(net.blocks[: max(d.blocks) + 1]):
-            with torch.no_grad():
-                t = trace_block(block, x)
-            if i in d.blocks:
-                g_a, g_m = shortcut_gains(block)
-                out["block_jacobians"][str(i)] = {
-                    name: dense_condition(sub_block_jacobian_dense(block, u, name, g, max_entries=limit),
-                                          gram=True).to_json()
-                    for name, u, g in (("attn", t.u_attn, g_a), ("mlp", t.u_mlp, g_m))}
-            x = t.out
+        for i, block, t in traced_blocks(net, x, d.blocks):
+            g_a, g_m = shortcut_gains(block)
+            out["block_jacobians"][str(i)] = {
+                name: dense_condition(sub_block_jacobian_dense(block, u, name, g, max_entries=limit), gram=True).to_json()
+                for name, u, g in (("attn", t.u_attn, g_a), ("mlp", t.u_mlp, g_m))}
     return out
 
 
@@ -138,8 +133,6 @@ def write_tensorboard(d: Diagnosis, folder: Path) -> None:
     """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. TensorBoard
     cannot draw ∞: infinite values are left out and ``<tag>_infinite`` is 1 at that block."""
     from torch.utils.tensorboard import SummaryWriter
-
-    from skipless.analysis.diagnostics import scalars
 
     with SummaryWriter(str(folder / "tb")) as writer:
         for name, value in scalars(d).items():
@@ -257,7 +250,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     for spec, model in zip(specs, models):
         model = model.to(device)
         start = time.perf_counter()
-        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        if not has_finite_weights(model):
             print(f"{spec.name}: non-finite weights (the model diverged); its condition numbers are ∞, as the "
                   "paper's Table 5 reports them, and the embedding measures are skipped", flush=True)
         d = diagnose(model, images.to(device), settings, None if j_images is None else j_images.to(device),

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from skipless.analysis.sub_blocks import embed_tokens, shortcut_gains, trace_block
+from skipless.analysis.sub_blocks import embed_tokens, has_finite_weights, shortcut_gains, trace_block, traced_blocks
 from skipless.models import RESIDUAL_MODES, create_vit
 
 
@@ -29,3 +29,22 @@ def test_shortcut_gains_per_mode():
     assert gains["mlp-skip"] == [(0.0, 1.0)] * 2
     decayed = [g for pair in gains["decayed"] for g in pair]
     assert decayed[0] == 1.0 and decayed[-1] == pytest.approx(0.6) and decayed == sorted(decayed, reverse=True)
+
+
+def test_traced_blocks_yield_the_wanted_blocks_of_one_forward():
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", residual="skipless", depth=4).eval()
+    x = embed_tokens(model, torch.randn(1, 3, 32, 32))
+    found = list(traced_blocks(model, x, [2, 0]))
+    assert [i for i, _, _ in found] == [0, 2] and found[1][1] is model.blocks[2]
+    y = model.blocks[1](model.blocks[0](x))
+    torch.testing.assert_close(found[1][2].x, y)
+    torch.testing.assert_close(found[1][2].out, model.blocks[2](y))
+
+
+def test_finite_weights_check():
+    model = create_vit("vit_tiny", depth=1)
+    assert has_finite_weights(model)
+    with torch.no_grad():
+        model.blocks[0].norm1.bias[3] = float("inf")
+    assert not has_finite_weights(model)

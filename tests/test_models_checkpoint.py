@@ -49,8 +49,9 @@ def test_checkpoint_of_another_architecture_is_refused(tmp_path):
 def test_corrupt_and_missing_files_give_one_clear_error(tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(BackboneLoadError, match="not a readable backbone file"):
+    with pytest.raises(BackboneLoadError, match="not a readable backbone file") as err:
         load_backbone(bad)
+    assert len(str(err.value).splitlines()) == 1 and "expected a file written by save_backbone" in str(err.value)
     with pytest.raises(FileNotFoundError, match="no backbone file"):
         load_backbone(tmp_path / "absent.pt")
 

@@ -35,7 +35,7 @@ from .lanczos import Spectrum, extreme_eigenvalues
 
 __all__ = [
     "Condition", "DenseMatrixError", "DIVERGED", "OVERFLOW", "NUMERICALLY_ZERO",
-    "zero_threshold", "condition_from_spectrum", "operator_condition", "dense_condition", "infinite_condition",
+    "json_number", "zero_threshold", "condition_from_spectrum", "operator_condition", "dense_condition", "infinite_condition",
 ]
 
 DIVERGED = "non-finite weights (the model diverged)"
@@ -53,7 +53,7 @@ def zero_threshold(dim: int, dtype: torch.dtype) -> float:
     return dim * float(torch.finfo(dtype).eps)
 
 
-def _number(x: float) -> float | str:
+def json_number(x: float) -> float | str:
     return x if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
 
 
@@ -90,7 +90,7 @@ class Condition:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict: infinities and NaNs become the strings ``"inf"``, ``"-inf"``, ``"nan"``."""
-        return {k: _number(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return {k: json_number(v) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
     def short(self) -> str:
         """One cell of a table: ``207``, ``∞ (smallest eigenvalue numerically zero)``, ``≥ 1.3e6 (not converged)``."""

@@ -19,7 +19,6 @@ paper's Table 5 reports ∞ for its diverged skipless run) and the embedding qua
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -28,10 +27,11 @@ import torch
 from torch import nn
 
 from ..models.features import resolve_layers
-from .condition_number import DIVERGED, Condition, infinite_condition
+from .condition_number import DIVERGED, Condition, infinite_condition, json_number
 from .effective_rank import block_effective_ranks
 from .embedding_condition import embedding_conditions
 from .jacobians import block_jacobian_conditions, network_jacobian_condition
+from .sub_blocks import has_finite_weights
 
 MEASURES = ("jacobian", "blocks", "embeddings", "effective_rank")
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
@@ -80,10 +80,6 @@ def diagnosed_blocks(layers: Any, depth: int) -> list[int]:
     return resolve_layers(list(layers) if isinstance(layers, (list, tuple)) else layers, depth)
 
 
-def has_finite_weights(model: nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters())
-
-
 def diagnose(model: nn.Module, images: torch.Tensor, settings: DiagnosticSettings,
              jacobian_images: torch.Tensor | None = None,
              progress: Callable[[str], None] | None = None) -> Diagnosis:
@@ -118,10 +114,6 @@ def diagnose(model: nn.Module, images: torch.Tensor, settings: DiagnosticSetting
     return result
 
 
-def _number(x: float) -> float | str:
-    return x if math.isfinite(x) else str(x)
-
-
 def result_to_json(d: Diagnosis) -> dict[str, Any]:
     """A JSON-safe dict of a ``Diagnosis`` (infinities as ``"inf"``; block keys as text)."""
     def per_block(values, convert):
@@ -131,8 +123,8 @@ def result_to_json(d: Diagnosis) -> dict[str, Any]:
         "blocks": d.blocks, "images": d.images, "tokens": d.tokens, "diverged": d.diverged,
         "jacobian": None if d.jacobian is None else d.jacobian.to_json(),
         "block_jacobians": per_block(d.block_jacobians, lambda c: c.to_json()),
-        "embeddings_log_kappa": per_block(d.embeddings, _number),
-        "effective_rank": per_block(d.effective_rank, _number),
+        "embeddings_log_kappa": per_block(d.embeddings, json_number),
+        "effective_rank": per_block(d.effective_rank, json_number),
         "seconds": d.seconds,
     }
 

@@ -42,7 +42,7 @@ from torch import nn
 
 from ..models.features import resolve_layers
 from .eval_mode import measuring
-from .sub_blocks import embed_tokens, trace_block
+from .sub_blocks import embed_tokens, traced_blocks
 
 __all__ = ["EMBEDDINGS", "log_condition_numbers", "embedding_conditions"]
 
@@ -73,14 +73,9 @@ def embedding_conditions(model: nn.Module, images: torch.Tensor,
     result: dict[int, dict[str, float]] = {}
     with measuring(model):
         x = embed_tokens(model, images)
-        for i, block in enumerate(model.blocks):
-            if i > wanted[-1]:
-                break
-            t = trace_block(block, x)
-            if i in wanted:
-                x64, attn, mid, mlp = (v.double() for v in (t.x, t.attn, t.mid, t.mlp))  # sums in float64 too
-                embeddings = {"attn": attn, "attn+skip": x64 + attn, "mlp": mlp, "mlp+skip": mid + mlp}
-                result[i] = {name: float(log_condition_numbers(e).mean()) for name, e in embeddings.items()}
-            x = t.out
+        for i, _, t in traced_blocks(model, x, wanted):
+            x64, attn, mid, mlp = (v.double() for v in (t.x, t.attn, t.mid, t.mlp))  # sums in float64 too
+            embeddings = {"attn": attn, "attn+skip": x64 + attn, "mlp": mlp, "mlp+skip": mid + mlp}
+            result[i] = {name: float(log_condition_numbers(e).mean()) for name, e in embeddings.items()}
     return result
 

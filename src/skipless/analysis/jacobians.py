@@ -39,7 +39,7 @@ from torch.func import functional_call, jacrev, jvp, vjp
 from ..errors import SkiplessError
 from ..models.attention import use_explicit_attention
 from .condition_number import DIVERGED, OVERFLOW, Condition, infinite_condition, operator_condition
-from .sub_blocks import attention_branch, embed_tokens, mlp_branch, shortcut_gains, trace_block
+from .sub_blocks import attention_branch, embed_tokens, has_finite_weights, mlp_branch, shortcut_gains, traced_blocks
 
 __all__ = [
     "JacobianArgumentError", "JacobianTooLargeError", "network_jacobian_condition", "network_jacobian_dense",
@@ -63,10 +63,6 @@ def _float_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
     for p in copied.parameters():
         p.requires_grad_(False)
     return copied
-
-
-def _finite(module: nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in module.parameters())
 
 
 def _check_images(images: torch.Tensor) -> torch.Tensor:
@@ -129,7 +125,7 @@ def network_jacobian_condition(
         dtype: the working precision (see ``condition_number`` on float32's zero threshold).
     """
     net, f, params, x0 = _network(model, images, dtype)
-    if not _finite(net):
+    if not has_finite_weights(net):
         return infinite_condition(DIVERGED, x0.numel())
     with use_explicit_attention(net), torch.no_grad():
         if not bool(torch.isfinite(f(params)).all()):
@@ -184,7 +180,7 @@ def sub_block_jacobian_condition(
         shortcut: ``g``, the matching entry of ``shortcut_gains(block)`` (1 skip, 0 skipless).
     """
     blk, f, u = _branch(block, u, branch, dtype)
-    if not _finite(blk):
+    if not has_finite_weights(blk):
         return infinite_condition(DIVERGED, u.numel())
     with use_explicit_attention(blk):
         with torch.no_grad():
@@ -233,19 +229,14 @@ def block_jacobian_conditions(
     net = _float_copy(model, dtype)
     with torch.no_grad():
         x = embed_tokens(net, image.to(next(net.parameters()).device, dtype))
-    if not _finite(net):
+    if not has_finite_weights(net):
         return {b: {k: infinite_condition(DIVERGED, x.numel()) for k in BRANCHES} for b in wanted}
     kwargs = dict(tol=tol, max_iter=max_iter, seed=seed, dtype=dtype)
     result: dict[int, dict[str, Condition]] = {}
-    for i in range(wanted[-1] + 1):
-        blk = net.blocks[i]
-        with torch.no_grad():
-            t = trace_block(blk, x)
-        if i in wanted:
-            g_a, g_m = shortcut_gains(blk)
-            result[i] = {
-                "attn": sub_block_jacobian_condition(blk, t.u_attn, "attn", g_a, **kwargs),
-                "mlp": sub_block_jacobian_condition(blk, t.u_mlp, "mlp", g_m, **kwargs),
-            }
-        x = t.out
+    for i, blk, t in traced_blocks(net, x, wanted):
+        g_a, g_m = shortcut_gains(blk)
+        result[i] = {
+            "attn": sub_block_jacobian_condition(blk, t.u_attn, "attn", g_a, **kwargs),
+            "mlp": sub_block_jacobian_condition(blk, t.u_mlp, "mlp", g_m, **kwargs),
+        }
     return result

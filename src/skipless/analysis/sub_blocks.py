@@ -16,14 +16,15 @@ Drop-path and dropout are ignored: diagnostics run the model in eval mode.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
 from ..models.features import embed_tokens
 
-__all__ = ["SubBlockTrace", "attention_branch", "mlp_branch", "shortcut_gains", "trace_block", "embed_tokens"]
+__all__ = ["SubBlockTrace", "attention_branch", "embed_tokens", "has_finite_weights", "mlp_branch", "shortcut_gains",
+           "trace_block", "traced_blocks"]
 
 
 def shortcut_gains(block: nn.Module) -> tuple[float, float]:
@@ -72,3 +73,20 @@ def trace_block(block: nn.Module, x: torch.Tensor) -> SubBlockTrace:
     m = mlp_branch(block)(u_mlp)
     out = m if g_m == 0.0 else g_m * mid + m
     return SubBlockTrace(x, u_attn, a, mid, u_mlp, m, out)
+
+
+def traced_blocks(model: nn.Module, x: torch.Tensor, blocks: Iterable[int]) -> Iterator[tuple[int, nn.Module, SubBlockTrace]]:
+    """Run ``model``'s blocks on the tokens ``x`` (no gradients) up to the last of ``blocks``, yielding
+    ``(index, block, trace)`` for each of ``blocks`` in order."""
+    wanted = sorted(set(int(b) for b in blocks))
+    for i, block in enumerate(model.blocks[: wanted[-1] + 1]):
+        with torch.no_grad():
+            t = trace_block(block, x)
+        if i in wanted:
+            yield i, block, t
+        x = t.out
+
+
+def has_finite_weights(module: nn.Module) -> bool:
+    """Whether every parameter is finite (a diverged model has NaN or inf weights)."""
+    return all(bool(torch.isfinite(p).all()) for p in module.parameters())

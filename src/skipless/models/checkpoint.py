@@ -82,7 +82,10 @@ def _read(path: Path) -> Any:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # corrupt, truncated, or not a torch file
-        raise BackboneLoadError(f"{path} is not a readable backbone file ({type(err).__name__}: {err})") from err
+        # torch's own message runs to pages of advice about weights_only; the type says enough
+        raise BackboneLoadError(f"{path} is not a readable backbone file (corrupt, truncated or not a torch file: "
+                                f"{type(err).__name__}); expected a file written by save_backbone or a torch state dict"
+                                ) from err
 
 
 def is_backbone_file(payload: Any) -> bool:
