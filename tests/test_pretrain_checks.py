@@ -47,8 +47,8 @@ def run_main(tmp_path, capsys, *args: str) -> tuple[int, str]:
 
 @pytest.mark.parametrize("args, message", [
     (["train.epochs=0"], "train.epochs must be an integer >= 1, got 0"),
-    (["diagnostics.layers=[0,5]"], "diagnostics.layers lists blocks [5] that a 1-block model does not have"),
-    (["diagnostics.dtype=float16"], "diagnostics.dtype must be one of float64, float32, got float16"),
+    (["model.depth=4", "diagnostics.layers=[0,5]"], "diagnostics.layers lists blocks [5] that a 4-block model does not have"),
+    (["diagnostics.dtype=float16"], "diagnostics.dtype must be one of float64, float32, got 'float16'"),
     (["optim=soap", "model.lr.soap=nan"], "model.lr.soap must be a finite number > 0, got nan"),
     (["optim.lr_scale=inf"], "optim.lr_scale must be a finite number > 0, got inf"),
     (["train.epochs=3", "optim.warmup_epochs=10"],
