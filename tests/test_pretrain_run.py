@@ -186,9 +186,10 @@ def test_resume_refuses_another_model_and_records_what_may_change(tmp_path, data
                               "run.resume=true", change))
     assert _snapshot(run) == before
     pretrain(tiny_cfg(tmp_path, data_root, "run.name=kept", "train.epochs=2", "train.knn_every_n_epochs=0",
-                      "run.resume=true", "train.log_every_n_steps=2"))
+                      "run.resume=true", "train.log_every_n_steps=2", "diagnostics.signals_every_n_steps=2"))
     log = [json.loads(line) for line in (run / "resumes.jsonl").read_text().splitlines()]
-    assert log[-1]["changed"] == {"train.epochs": [1, 2], "train.log_every_n_steps": [1, 2]}
+    assert log[-1]["changed"] == {"train.epochs": [1, 2], "train.log_every_n_steps": [1, 2],
+                                  "diagnostics.signals_every_n_steps": [0, 2]}
     assert load_saved_config(run / "config.yaml").train.epochs == 2
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")["epoch"] == 1
 

@@ -8,7 +8,7 @@ A researcher's runs are days of GPU time, so two rules are checked before anythi
   they were not computed from. It is refused, with the two ways on: resume it, or name a new run.
 - **A resume continues the run it names.** The requested config is compared with the run's saved
   ``config.yaml``. Keys that only say how or how long to run (``RESUMABLE``: more epochs, other
-  devices, workers, logging, smoke-test limits, where the same data lives) may change; the changes are
+  devices, workers, logging, diagnostics, smoke-test limits, where the same data lives) may change; the changes are
   recorded in ``resumes.jsonl`` and ``config.yaml`` then holds the config the run continues with.
   Anything else (the model, the data, the recipe, the optimizer, the seed) is refused with the list of
   differing keys.
@@ -38,6 +38,9 @@ RESUMABLE = (
     "train.epochs", "train.devices", "train.num_nodes", "train.accelerator", "train.strategy", "train.num_workers",
     "train.log_every_n_steps", "train.knn_every_n_epochs", "train.knn_k", "train.keep_checkpoints",
     "train.export_epochs", "train.max_steps", "train.limit_train_batches",
+    # what the diagnostics callbacks measure and how often: they observe the run and never change it
+    "diagnostics.every_n_epochs", "diagnostics.signals_every_n_steps", "diagnostics.layers", "diagnostics.images",
+    "diagnostics.jacobian_images", "diagnostics.tol", "diagnostics.max_iter", "diagnostics.dtype",
 )
 RESUME_LOG = "resumes.jsonl"
 
