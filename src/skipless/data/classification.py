@@ -8,7 +8,8 @@ folder must not stop a 300-epoch run: ``__getitem__`` serves the next readable i
 label) instead, counts the skip and warns once per file; ``read(index)`` is the strict version for
 callers that would rather leave the image out (the evaluators' feature extraction).
 
-The readers of each layout live in their own modules and register here; the embedded default
+The readers of each layout live in their own modules and register here (``imagenet.py``,
+``cifar.py`` for ``cifar10`` / ``cifar100``, ``tiny_imagenet.py``); the embedded default
 (``default``) labels each generated scene with its dominant object class (10 classes), as the
 k-NN monitor of pretraining does.
 """
@@ -132,3 +133,9 @@ def classification_split(name: str, root: str | os.PathLike, split: str,
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of: {', '.join(SPLITS)}")
     return READERS[name](Path(root), split, transform)
+
+
+# The readers of the real layouts register themselves in READERS when imported; importing them here
+# (after READERS and LabelledImages exist, which they import back) makes every name available to
+# whoever imports this module alone, and works whichever module is imported first.
+from . import cifar, imagenet, tiny_imagenet  # noqa: E402,F401
