@@ -29,10 +29,13 @@ qopt = $(if $(strip $(2)),$(1)="$(strip $(2))")
 PRETRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,dataset,$(or $(DATA),$(DATASET))) \
+  $(call opt,train-recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
+  $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain probe tokencut pca conditioning bench tensorboard test clean
+.PHONY: help setup data pretrain train probe tokencut pca conditioning bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -46,6 +49,8 @@ help: ## list targets and variables
 	@echo "  RECIPE=$(call choices,recipe) (the run's scale: the CPU demo or the paper's recipe)"
 	@sed -n '/^defaults:/,/^$$/{/^$$/!p}' configs/pretrain.yaml | sed 's/^/    /'
 	@echo "Other variables:"
+	@echo "make train takes the same MODEL= OPT= GPUS= NODES= RESUME= ARGS=, and DATA=$(call choices,dataset)"
+	@echo "  RECIPE=$(call choices,train-recipe) (defaults: configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
@@ -69,6 +74,9 @@ data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs
 
 pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
+
+train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet RECIPE= GPUS= RESUME= ARGS=
+	$(PY) -m skipless.train $(TRAIN_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=
 	$(PY) -m eval.probe $(call opt,dataset,$(DATASET)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \

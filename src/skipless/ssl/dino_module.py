@@ -12,7 +12,6 @@ same recipe; the center is all-reduced (``DINOLoss.update_center``).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import lightning.pytorch as pl
@@ -22,9 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from ..optim import build_optimizer
+from ..optim.param_groups import clip_gradients_per_parameter, param_groups
 from ..optim.schedules import cosine_schedule, linear_then_constant
-from ..summary import lr_key, peak_lr
-from .errors import DivergenceError
+from ..summary import peak_lr
+from ..training.divergence import stop_if_diverged
 from .head import DINOHead
 from .loss import DINOLoss
 from .multicrop import denormalize
@@ -47,26 +47,6 @@ class MultiCropNet(nn.Module):
             feats.append(self.backbone(torch.cat(crops[start:end])))
             start = end
         return self.head(torch.cat(feats))
-
-
-def param_groups(module: nn.Module) -> list[dict]:
-    """DINO's groups: weights decayed; biases and 1-D parameters (norms, gains) not. Frozen
-    parameters (the fixed ``weight_g``) are left out."""
-    decay, no_decay = [], []
-    for name, p in module.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if name.endswith(".bias") or p.ndim == 1 else decay).append(p)
-    return [{"params": decay, "name": "decay"}, {"params": no_decay, "name": "no_decay", "weight_decay": 0.0}]
-
-
-@torch.no_grad()
-def clip_gradients_per_parameter(params, max_norm: float) -> None:
-    """DINO's clipping: each parameter's gradient is scaled to norm at most ``max_norm`` on its own."""
-    for p in params:
-        if p.grad is not None:
-            norm = p.grad.norm(2)
-            p.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
 
 
 class DINO(pl.LightningModule):
@@ -103,6 +83,10 @@ class DINO(pl.LightningModule):
     def teacher_backbone(self) -> nn.Module:
         """The teacher's backbone, the model evaluators use (DINO evaluates the teacher)."""
         return self.teacher.backbone
+
+    def exported_backbone(self) -> nn.Module:
+        """What ``backbone.pt`` holds and the k-NN monitor scores: the teacher's backbone."""
+        return self.teacher_backbone()
 
     def base_lr(self) -> float:
         """Peak lr for the global batch: ``optim.lr * lr_scale * batch_per_device * world_size / 256``
@@ -149,7 +133,7 @@ class DINO(pl.LightningModule):
             teacher_out = self.teacher(crops[:2])
         student_out = self.student(crops)
         loss, entropy = self.loss_fn(student_out, teacher_out, temp)
-        self._check_finite(loss, step)
+        stop_if_diverged(self, loss, step)
 
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
@@ -181,15 +165,6 @@ class DINO(pl.LightningModule):
         torch._foreach_mul_(t, momentum)
         torch._foreach_add_(t, s, alpha=1.0 - momentum)
 
-    def _check_finite(self, loss: torch.Tensor, step: int) -> None:
-        finite = bool(torch.isfinite(loss))
-        if self._trainer is not None:  # every rank stops together, none hangs in an all-reduce
-            finite = self.trainer.strategy.reduce_boolean_decision(finite, all=True)
-        if not finite:
-            run_dir = Path(self.trainer.default_root_dir) if self._trainer is not None else None
-            raise DivergenceError(divergence_message(self.cfg, step, f"loss {float(loss.detach())}", self.base_lr(),
-                                                     run_dir))
-
     def _log_crops(self, crops: list[torch.Tensor]) -> None:
         experiment = getattr(self.logger, "experiment", None)
         if experiment is None or not hasattr(experiment, "add_images"):
@@ -197,20 +172,3 @@ class DINO(pl.LightningModule):
         experiment.add_images("crops/global", denormalize(torch.stack([c[0] for c in crops[:2]]).float()), 0)
         if len(crops) > 2:
             experiment.add_images("crops/local", denormalize(torch.stack([c[0] for c in crops[2:]]).float()), 0)
-
-
-def divergence_message(cfg: DictConfig, step: int, what: str, peak: float, run_dir: Path | None = None) -> str:
-    """One sentence: where it diverged, with which model, the effective peak lr, the key that sets it,
-    the checkpoint that is kept (only if ``<run_dir>/checkpoints/last.ckpt`` exists) and the next
-    value to try: a third of the base lr, as the ``key=value`` to pass."""
-    m, o = cfg.model, cfg.optim
-    key, lower = lr_key(cfg), f"{float(o.lr) / 3:.2g}"
-    last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
-    if last is not None and last.is_file():
-        kept = f"the last good checkpoint {last} is kept"
-    else:
-        kept = "no checkpoint exists yet (one is written at each epoch end)"
-    args = [f"{key}={lower}"] + ([f"run.name={run_dir.name}-lr{lower}"] if run_dir is not None else [])
-    return (f"training diverged at step {step} ({what}) for model {m.name} (residual {m.residual}, init {m.init}) "
-            f"with {o.name} at peak lr {peak:.3g} ({key}={float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} "
-            f"x global batch / 256); {kept}; lower {key} to a third and start anew, adding to ARGS: {' '.join(args)}")

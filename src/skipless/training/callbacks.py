@@ -15,8 +15,8 @@ import torch
 from ..analysis.knn import knn_accuracy
 from ..atomic import atomic_write
 from ..models import create_vit, save_backbone
-from ..ssl.dino_module import divergence_message
 from ..ssl.errors import DivergenceError
+from .divergence import divergence_message
 
 
 class DivergenceGuard(pl.Callback):
@@ -72,8 +72,8 @@ class EpochCheckpoint(pl.Callback):
             shutil.copyfile(last, self.dirpath / f"epoch{trainer.current_epoch + 1:03d}.ckpt")
 
 
-class ExportTeacher(pl.Callback):
-    """Writes the teacher backbone (timm names + create_vit arguments) to ``<run>/backbone.pt`` at
+class ExportBackbone(pl.Callback):
+    """Writes the module's ``exported_backbone()`` (DINO: the teacher's; supervised: the classifier's) backbone (timm names + create_vit arguments) to ``<run>/backbone.pt`` at
     every epoch end, and also to ``<run>/backbone-epoch<N>.pt`` at each of ``epochs`` (the paper
     evaluates epochs 200 and 300: ``train.export_epochs``)."""
 
@@ -86,10 +86,10 @@ class ExportTeacher(pl.Callback):
             return
         epoch = trainer.current_epoch + 1
         extra = {"epoch": epoch, "step": trainer.global_step}
-        teacher = pl_module.teacher_backbone()
-        save_backbone(self.run_dir / "backbone.pt", teacher, extra=extra)
+        backbone = pl_module.exported_backbone()
+        save_backbone(self.run_dir / "backbone.pt", backbone, extra=extra)
         if epoch in self.epochs:
-            save_backbone(self.run_dir / f"backbone-epoch{epoch}.pt", teacher, extra=extra)
+            save_backbone(self.run_dir / f"backbone-epoch{epoch}.pt", backbone, extra=extra)
 
 
 class KNNMonitor(pl.Callback):
@@ -118,7 +118,7 @@ class KNNMonitor(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.is_global_zero or self.random_accuracy is not None:
             return
-        args = dict(pl_module.teacher_backbone().skipless_args)
+        args = dict(pl_module.exported_backbone().skipless_args)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
             fresh = self.random_backbone() if self.random_backbone else create_vit(args.pop("arch"), **args)
@@ -131,7 +131,7 @@ class KNNMonitor(pl.Callback):
         last = epoch == trainer.max_epochs
         if not trainer.is_global_zero or not (last or (self.every and epoch % self.every == 0)):
             return
-        acc = self._score(pl_module.teacher_backbone(), pl_module.device)
+        acc = self._score(pl_module.exported_backbone(), pl_module.device)
         self.history.append((epoch, acc))
         _log_scalar(trainer, "knn/teacher", acc)
         rnd = f" (random init: {self.random_accuracy:.3f})" if self.random_accuracy is not None else ""
@@ -194,5 +194,8 @@ class RunSummary(pl.Callback):
     def _write(self, trainer: pl.Trainer, status: str) -> None:
         summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,
                    "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self.final_loss}
+        last_val = getattr(trainer.lightning_module, "last_val", None)  # a supervised run's last validation
+        if last_val:
+            summary["val"] = last_val
         text = json.dumps(summary, indent=1) + "\n"
         atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))

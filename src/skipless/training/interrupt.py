@@ -17,29 +17,30 @@ import lightning.pytorch as pl
 from .run_folder import free_name
 
 
-def fit(trainer: pl.Trainer, module: pl.LightningModule, loader: Any, ckpt_path: str | None) -> None:
+def fit(trainer: pl.Trainer, module: pl.LightningModule, loader: Any, ckpt_path: str | None,
+        val_loader: Any = None) -> None:
     """``trainer.fit``; a Ctrl-C that Lightning turned into ``sys.exit(1)`` is raised as ``KeyboardInterrupt``."""
     try:
-        trainer.fit(module, train_dataloaders=loader, ckpt_path=ckpt_path)
+        trainer.fit(module, train_dataloaders=loader, val_dataloaders=val_loader, ckpt_path=ckpt_path)
     except SystemExit:
         if trainer.interrupted:
             raise KeyboardInterrupt from None
         raise
 
 
-def resume_message(argv: Sequence[str], run_dir: Path | None) -> str:
+def resume_message(argv: Sequence[str], run_dir: Path | None, target: str = "pretrain") -> str:
     """The sentence printed after Ctrl-C: the checkpoint a resume starts from and the exact command."""
     args = [a for a in argv if not a.startswith("run.resume=")]
     quoted = f' ARGS="{" ".join(shlex.quote(a) for a in args)}"' if args else ""
     last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
     if last is not None and last.is_file():
         return (f"interrupted; resume from {last} (written at the last epoch end; later steps are redone) "
-                f"with: make pretrain RESUME=1{quoted}")
+                f"with: make {target} RESUME=1{quoted}")
     if run_dir is None or not run_dir.is_dir():
-        return f"interrupted before the run started; start it again with: make pretrain{quoted}"
+        return f"interrupted before the run started; start it again with: make {target}{quoted}"
     # The folder holds this start's config and events: a new start takes the next free name (run_folder.py).
     fresh = [a for a in args if not a.startswith("run.name=")] + [f"run.name={free_name(run_dir)}"]
     again = " ".join(shlex.quote(a) for a in fresh)
     return (f"interrupted before any checkpoint was written in {run_dir} (one is written at each epoch end), so "
-            f"there is nothing to resume; start again under a new name with: make pretrain ARGS=\"{again}\" "
+            f"there is nothing to resume; start again under a new name with: make {target} ARGS=\"{again}\" "
             f"(or delete {run_dir} first)")

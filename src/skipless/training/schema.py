@@ -135,14 +135,14 @@ RULES: dict[str, Rule] = {
 SKIPPED = ("choices.*",)  # written by the loader (the group choices), not by a user
 
 
-def rule_of(key: str) -> Rule | None:
+def rule_of(key: str, rules: dict[str, Rule] = RULES) -> Rule | None:
     """The rule of a dotted key (exact, else the first pattern that matches)."""
-    return RULES.get(key) or next((r for k, r in RULES.items() if "*" in k and fnmatchcase(key, k)), None)
+    return rules.get(key) or next((r for k, r in rules.items() if "*" in k and fnmatchcase(key, k)), None)
 
 
-def _warmup_within(v: dict[str, Any]) -> str | None:
+def warmup_within(v: dict[str, Any]) -> str | None:
     for key in ("optim.warmup_epochs", "dino.warmup_teacher_temp_epochs"):
-        if v[key] > v["train.epochs"]:
+        if key in v and v[key] > v["train.epochs"]:
             return (f"{key}={v[key]} is longer than train.epochs={v['train.epochs']}; expected at most "
                     f"train.epochs (set {key}={v['train.epochs']} or fewer, or train more epochs)")
     return None
@@ -157,7 +157,7 @@ def _crops_tile(v: dict[str, Any]) -> str | None:
     return None
 
 
-def _exports_reached(v: dict[str, Any]) -> str | None:
+def exports_reached(v: dict[str, Any]) -> str | None:
     late = [e for e in v["train.export_epochs"] if not 1 <= e <= v["train.epochs"]]
     if late:
         return (f"train.export_epochs lists epochs {late} outside 1..train.epochs={v['train.epochs']}; "
@@ -177,20 +177,27 @@ def _diagnosed_blocks_exist(v: dict[str, Any]) -> str | None:
 
 
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    _warmup_within, _crops_tile, _exports_reached, _diagnosed_blocks_exist)
+    warmup_within, _crops_tile, exports_reached, _diagnosed_blocks_exist)
 
 
-def check_pretrain_config(cfg: DictConfig) -> None:
-    """Refuse the first value that a pretraining cannot run with (``ConfigError``, one sentence)."""
+def check_against(cfg: DictConfig, rules: dict[str, Rule],
+                  relations: tuple[Callable[[dict[str, Any]], str | None], ...], where: str) -> None:
+    """Refuse the first value of ``cfg`` that breaks ``rules`` or ``relations`` (``ConfigError``, one
+    sentence); a key without a rule is a bug of the schema module ``where``."""
     values = leaf_values(cfg)
     for key, value in values.items():
         if any(fnmatchcase(key, p) for p in SKIPPED):
             continue
-        rule = rule_of(key)
+        rule = rule_of(key, rules)
         if rule is None:
-            raise LookupError(f"{key} has no rule in skipless/training/schema.py (a bug): add one")
+            raise LookupError(f"{key} has no rule in {where} (a bug): add one")
         check_value(key, value, rule)
-    for relation in RELATIONS:
+    for relation in relations:
         message = relation(values)
         if message:
             raise ConfigError(message)
+
+
+def check_pretrain_config(cfg: DictConfig) -> None:
+    """Refuse the first value that a pretraining cannot run with (``ConfigError``, one sentence)."""
+    check_against(cfg, RULES, RELATIONS, "skipless/training/schema.py")

@@ -1,0 +1,138 @@
+"""Supervised classification of a skipless-family ViT as one flat LightningModule.
+
+backbone (``vit_args`` of ``cfg.model``, timm's init plus the residual mode's) -> CLS token after the
+final norm -> a linear head. Optimisation is manual so that the recipe reads in order in
+``training_step``, as in ``ssl/dino_module.py``: per-step lr and weight decay from the schedules,
+batch mixing (mixup/cutmix), loss, divergence check, backward, optional global-norm clipping, step.
+Validation: top-1 / top-5 accuracy (torchmetrics, reduced across ranks) and the plain cross-entropy.
+
+The backbone is exported in the backbone file format (``ExportBackbone``), without the head, so every
+evaluator reads a supervised model as it reads a DINO teacher.
+"""
+from __future__ import annotations
+
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from ..models.from_config import vit_args
+from ..models.vit import create_vit
+from ..optim import build_optimizer
+from ..optim.param_groups import param_groups
+from ..optim.schedules import cosine_schedule
+from ..summary import peak_lr
+from ..training.divergence import stop_if_diverged
+from .augment import batch_mixer
+
+
+def classifier_backbone(m: DictConfig) -> nn.Module:
+    """The backbone of ``m`` with timm's init (CLS token included) and the residual mode's own init."""
+    args = vit_args(m)
+    return create_vit(args.pop("arch"), drop_path_rate=float(m.drop_path_rate), **args)
+
+
+class Supervised(pl.LightningModule):
+    """Image classification with a linear head on the backbone's pooled feature.
+
+    Args:
+        cfg: the resolved ``configs/train.yaml`` config.
+        num_classes: classes of the dataset (read from it by the entry point).
+    """
+
+    def __init__(self, cfg: DictConfig, num_classes: int) -> None:
+        super().__init__()
+        self.cfg, self.num_classes = cfg, int(num_classes)
+        self.automatic_optimization = False
+        self.backbone = classifier_backbone(cfg.model)
+        self.head = nn.Linear(self.backbone.embed_dim, self.num_classes)
+        nn.init.trunc_normal_(self.head.weight, std=0.02)  # timm's init of a ViT's classifier
+        nn.init.zeros_(self.head.bias)
+        self.mixer = batch_mixer(cfg.aug, self.num_classes)
+        top5 = min(5, self.num_classes)
+        self.val_top1 = MulticlassAccuracy(self.num_classes, top_k=1, average="micro")
+        self.val_top5 = MulticlassAccuracy(self.num_classes, top_k=top5, average="micro")
+        self.schedules: dict[str, np.ndarray] = {}
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(images))
+
+    # ---- the pieces the shared callbacks use ------------------------------------------------------
+    def exported_backbone(self) -> nn.Module:
+        """What ``backbone.pt`` holds: the backbone without the head."""
+        return self.backbone
+
+    def base_lr(self) -> float:
+        """Peak lr for the global batch (``summary.peak_lr``: lr x lr_scale x global batch / 256)."""
+        return peak_lr(self.cfg, self.trainer.world_size if self._trainer is not None else None)
+
+    # ---- Lightning hooks ------------------------------------------------------------------------
+    def configure_optimizers(self):
+        o, t = self.cfg.optim, self.cfg.train
+        if self.trainer.train_dataloader is None:  # its length per rank defines the per-step schedules
+            self.trainer.fit_loop.setup_data()
+        steps, epochs = int(self.trainer.num_training_batches), int(t.epochs)
+        self.schedules = {
+            "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
+            "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
+        }
+        extra = {}
+        if o.name == "soap":
+            extra = dict(shampoo_beta=o.shampoo_beta, precondition_frequency=o.precondition_frequency,
+                         max_precond_dim=o.max_precond_dim, precondition_1d=o.precondition_1d)
+        return build_optimizer(o.name, param_groups(self), lr=float(self.schedules["lr"][0]),
+                               betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay, **extra)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        step = self.global_step
+        i = min(step, len(self.schedules["lr"]) - 1)
+        lr, wd = float(self.schedules["lr"][i]), float(self.schedules["wd"][i])
+        opt = self.optimizers()
+        for group in opt.param_groups:
+            group["lr"] = lr
+            if group["name"] == "decay":
+                group["weight_decay"] = wd
+
+        images, labels = batch
+        if self.mixer is not None:
+            images, targets = self.mixer(images, labels)  # smoothed, mixed one-hot targets
+            loss = torch.sum(-targets * F.log_softmax(self(images).float(), dim=-1), dim=-1).mean()
+        else:
+            loss = F.cross_entropy(self(images).float(), labels, label_smoothing=float(self.cfg.aug.label_smoothing))
+        stop_if_diverged(self, loss, step)
+
+        opt.zero_grad(set_to_none=True)
+        self.manual_backward(loss)
+        if self.cfg.optim.clip_grad:
+            torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
+        opt.step()
+
+        self.log_dict({"train/loss": loss.detach(), "schedule/lr": lr, "schedule/weight_decay": wd},
+                      on_step=True, prog_bar=False, batch_size=images.shape[0])
+        self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True)
+        return loss.detach()
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        images, labels = batch
+        logits = self(images).float()
+        self.val_top1.update(logits, labels)
+        self.val_top5.update(logits, labels)
+        self.log("val/loss", F.cross_entropy(logits, labels), on_epoch=True, sync_dist=True,
+                 batch_size=images.shape[0])
+
+    def on_validation_epoch_end(self) -> None:
+        top1, top5 = self.val_top1.compute(), self.val_top5.compute()  # reduced over ranks by torchmetrics
+        self.val_top1.reset()
+        self.val_top5.reset()
+        self.log_dict({"val/top1": top1 * 100, "val/top5": top5 * 100})
+        if self.trainer.is_global_zero and not self.trainer.sanity_checking:
+            print(f"epoch {self.current_epoch + 1}: val top-1 {float(top1) * 100:.1f}%, top-5 {float(top5) * 100:.1f}%",
+                  flush=True)
+            self.last_val = {"epoch": self.current_epoch + 1, "top1": float(top1) * 100, "top5": float(top5) * 100}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["skipless_config"] = OmegaConf.to_container(self.cfg, resolve=True)

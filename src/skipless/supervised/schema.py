@@ -1,0 +1,68 @@
+"""What each key of a supervised config (``configs/train.yaml`` and its groups) may hold.
+
+The run, model, optimizer and trainer keys are the pretraining's, with the same rules
+(``training/schema.py``); the augmentation, dataset and validation keys are checked here. Every
+value is checked before anything is written or loaded, and the first bad one refused in one sentence.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from omegaconf import DictConfig
+
+from ..config_rules import Rule, integer, is_real, number, one_of, optional, text
+from ..data.classification import READERS
+from ..training import schema as pretrain_schema
+from ..training.schema import BOOL, COUNT, NAME, POSITIVE_INT, UNIT, check_against
+
+_SHARED_SECTIONS = ("run.", "model.", "optim.", "data.root", "data.n_train", "data.n_val", "data.seed")
+_SHARED_TRAIN = ("epochs", "batch_size_per_device", "num_workers", "accelerator", "devices", "num_nodes", "strategy",
+                 "precision", "log_every_n_steps", "keep_checkpoints", "export_epochs", "max_steps",
+                 "limit_train_batches")
+
+RULES: dict[str, Rule] = {k: r for k, r in pretrain_schema.RULES.items()
+                          if k.startswith(_SHARED_SECTIONS) or k in {f"train.{t}" for t in _SHARED_TRAIN}}
+RULES.update({
+    "data.name": one_of(*READERS),
+    "aug.image_size": POSITIVE_INT,
+    "aug.scale": Rule(lambda v: isinstance(v, (list, tuple)) and len(v) == 2 and all(is_real(x) for x in v)
+                      and 0 < v[0] <= v[1] <= 1, "a pair [lo, hi] with 0 < lo <= hi <= 1 (fractions of the image area)"),
+    "aug.hflip": UNIT,
+    "aug.auto_augment": optional(text("a timm auto-augment policy, e.g. rand-m9-mstd0.5-inc1")),
+    "aug.color_jitter": number(0),
+    "aug.interpolation": one_of("bicubic", "bilinear", "nearest", "random"),
+    "aug.re_prob": UNIT,
+    "aug.mixup": number(0),
+    "aug.cutmix": number(0),
+    "aug.mixup_prob": UNIT,
+    "aug.mixup_switch_prob": UNIT,
+    "aug.label_smoothing": number(0, 1, high_open=True),
+    "aug.eval_crop_pct": number(0, 1, low_open=True),
+    "train.val_every_n_epochs": integer(1),
+    "train.limit_val_batches": pretrain_schema.RULES["train.limit_train_batches"],
+})
+
+
+def _image_tiles(v: dict[str, Any]) -> str | None:
+    size, patch = v["aug.image_size"], v["model.patch_size"]
+    if size % patch:
+        return (f"aug.image_size={size} is not a multiple of model.patch_size={patch}; expected a size the patches "
+                f"tile, e.g. aug.image_size={max(patch, size // patch * patch)}")
+    return None
+
+
+def _mixup_pairs(v: dict[str, Any]) -> str | None:
+    batch = v["train.batch_size_per_device"]
+    if (v["aug.mixup"] > 0 or v["aug.cutmix"] > 0) and batch % 2:
+        return (f"train.batch_size_per_device={batch} is odd, but mixup/cutmix mix each batch with itself reversed "
+                f"and need an even batch; expected an even size, e.g. {batch + 1}, or aug.mixup=0 aug.cutmix=0")
+    return None
+
+
+RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
+    pretrain_schema.warmup_within, pretrain_schema.exports_reached, _image_tiles, _mixup_pairs)
+
+
+def check_train_config(cfg: DictConfig) -> None:
+    """Refuse the first value that a supervised run cannot run with (``ConfigError``, one sentence)."""
+    check_against(cfg, RULES, RELATIONS, "skipless/supervised/schema.py")

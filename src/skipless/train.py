@@ -1,0 +1,98 @@
+"""Supervised training: ``python -m skipless.train [model=skipless] [optim=soap] [dataset=cifar10] [key=value ...]``.
+
+Flow, as pretraining's (``pretrain.py``): config (``configs/train.yaml`` + groups) checked -> run folder
+``runs/<name>/`` (resolved ``config.yaml``, TensorBoard events, ``checkpoints/last.ckpt``,
+``backbone.pt`` = the classifier's backbone without its head, ``summary.json`` with the last
+validation) -> every evaluator reads ``backbone.pt``. ``make train`` maps MODEL/OPT/DATA/RECIPE/GPUS/
+NODES/RESUME/ARGS onto the config. The same resume, refusal and divergence rules as pretraining.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import lightning.pytorch as pl
+from omegaconf import DictConfig
+
+from .config import load_config
+from .errors import SkiplessError
+from .summary import describe_model, lr_key, peak_lr, world_size
+from .supervised.classifier import Supervised
+from .supervised.data import labelled_splits, train_loader, val_loader
+from .supervised.schema import check_train_config
+from .training.interrupt import fit, resume_message
+from .training.preflight import check_run_folder
+from .training.run_start import prepare_run, record_start
+from .training.trainer import build_trainer
+
+
+def run_dir_of(cfg: DictConfig) -> Path:
+    name = cfg.run.name or f"sup-{cfg.model.name}-{cfg.optim.name}-{cfg.data.name}"
+    return Path(cfg.run.root) / name
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Every key checked (``supervised/schema.py``) and the run folder writable, before anything is written."""
+    check_train_config(cfg)
+    check_run_folder(run_dir_of(cfg))
+
+
+def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int, num_classes: int) -> str:
+    """The lines ``make train`` prints before it starts."""
+    m, o, t, a = cfg.model, cfg.optim, cfg.train, cfg.aug
+    world = world_size(cfg)
+    batch = int(t.batch_size_per_device) * (world or 1)
+    mix = (f"mixup {a.mixup:g} / cutmix {a.cutmix:g}" if (a.mixup > 0 or a.cutmix > 0) else "no mixup/cutmix")
+    return "\n".join([
+        f"skipless train: model={m.name} optim={o.name} dataset={cfg.data.name} "
+        f"recipe={cfg.choices.get('train-recipe', '-')} -> {run_dir}",
+        f"  model    {describe_model(m)}",
+        f"  data     {train_size} train / {val_size} val images, {num_classes} classes, {a.image_size} px; "
+        f"RandAugment {a.auto_augment or 'off'}, {mix}, label smoothing {a.label_smoothing:g}, "
+        f"random erasing {a.re_prob:g}",
+        f"  train    {t.epochs} epochs, global batch {batch}, {o.name}, peak lr {peak_lr(cfg, world):.3g} = "
+        f"{lr_key(cfg)} {float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} x {batch}/256, "
+        f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}",
+    ])
+
+
+def train(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, Supervised]:
+    """Run (or resume) the supervised training described by ``cfg``; returns the trainer and the module."""
+    run_dir = run_dir_of(cfg)
+    check_config(cfg)
+    ckpt_path, changes = prepare_run(cfg, run_dir)
+    pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
+    train_set, val_set = labelled_splits(cfg)
+    module = Supervised(cfg, train_set.num_classes)
+    loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
+    trainer = build_trainer(cfg, run_dir, extra_callbacks, check_val_every_n_epoch=cfg.train.val_every_n_epochs,
+                            limit_val_batches=cfg.train.limit_val_batches)
+    if trainer.is_global_zero:
+        print(train_header(cfg, run_dir, len(train_set), len(val_set), train_set.num_classes), flush=True)
+        record_start(cfg, run_dir, changes)
+    fit(trainer, module, loaders[0], ckpt_path=ckpt_path, val_loader=loaders[1])
+    return trainer, module
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    run_dir = None
+    try:
+        cfg = load_config("train", argv)
+        check_config(cfg)
+        run_dir = run_dir_of(cfg)
+        trainer, _ = train(cfg)
+    except SkiplessError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"error: {resume_message(argv, run_dir, target='train')}", file=sys.stderr)
+        return 130
+    if trainer.is_global_zero:
+        print(f"done: backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

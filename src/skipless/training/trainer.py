@@ -1,0 +1,70 @@
+"""The Lightning trainer every training entry point builds (DINO pretraining, supervised training).
+
+The callbacks that make a run safe come first and in this order: the divergence guard (a non-finite
+model is never exported nor checkpointed), the RNG state (exact resume), the backbone export, the
+epoch checkpoint, the progress bar, the run summary; an entry point adds its own after them.
+Precision and strategy follow the config, or the hardware when left on ``auto``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import DictConfig
+
+from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, RNGState, RunSummary
+from .checkpoint_io import AtomicCheckpointIO
+
+
+def precision_of(cfg: DictConfig) -> str:
+    """``train.precision``, or on ``auto`` bf16-mixed on a GPU and 32-true elsewhere."""
+    if cfg.train.precision != "auto":
+        return str(cfg.train.precision)
+    gpu = cfg.train.accelerator in ("gpu", "cuda") or (cfg.train.accelerator == "auto" and torch.cuda.is_available())
+    return "bf16-mixed" if gpu else "32-true"
+
+
+def strategy_of(cfg: DictConfig) -> str:
+    """``train.strategy``, or on ``auto`` DDP when more than one process trains."""
+    if cfg.train.strategy != "auto":
+        return str(cfg.train.strategy)
+    return "ddp" if int(cfg.train.devices) * int(cfg.train.num_nodes) > 1 else "auto"
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callback] = (), **trainer_args: Any
+                  ) -> pl.Trainer:
+    """A trainer writing into ``run_dir`` (TensorBoard ``tb/``, ``checkpoints/last.ckpt``, ``backbone.pt``,
+    ``summary.json``) with the shared callbacks, then ``callbacks``; ``trainer_args`` add to or replace
+    the Trainer arguments (e.g. validation settings)."""
+    shared: list[pl.Callback] = [
+        DivergenceGuard(),
+        RNGState(),
+        ExportBackbone(run_dir, epochs=cfg.train.export_epochs),
+        EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints),
+        TQDMProgressBar(refresh_rate=1),
+        RunSummary(run_dir),
+    ]
+    args = dict(
+        default_root_dir=run_dir,
+        accelerator=cfg.train.accelerator,
+        devices=cfg.train.devices,
+        num_nodes=cfg.train.num_nodes,
+        strategy=strategy_of(cfg),
+        precision=precision_of(cfg),
+        max_epochs=cfg.train.epochs,
+        max_steps=cfg.train.max_steps,
+        limit_train_batches=cfg.train.limit_train_batches,
+        logger=TensorBoardLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
+        callbacks=shared + list(callbacks),
+        enable_checkpointing=False,  # EpochCheckpoint writes them
+        plugins=[AtomicCheckpointIO()],
+        log_every_n_steps=cfg.train.log_every_n_steps,
+        num_sanity_val_steps=0,
+        enable_model_summary=False,
+    )
+    args.update(trainer_args)
+    return pl.Trainer(**args)

@@ -1,0 +1,149 @@
+"""Whole supervised runs (``make train``) on a tiny generated default: presets x optimizers, validation
+metrics, the exported backbone, resume, divergence, refusals."""
+import json
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+
+from skipless.config import ConfigError, load_config, load_saved_config
+from skipless.models import load_backbone
+from skipless.ssl.errors import DivergenceError
+from skipless.supervised.classifier import Supervised
+from skipless.train import main, run_dir_of, train
+from skipless.training.run_folder import ResumeMismatchError
+
+TINY = [
+    "model.arch=vit_tiny", "model.depth=2", "aug.image_size=32",
+    "data.n_train=16", "data.n_val=8",
+    "train.batch_size_per_device=4", "train.num_workers=0", "train.log_every_n_steps=1",
+    "optim.warmup_epochs=1",
+]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def tiny_cfg(tmp_path: Path, data_root: Path, *extra: str):
+    return load_config("train", [*TINY, f"data.root={data_root}", f"run.root={tmp_path / 'runs'}", *extra])
+
+
+class Recorder(pl.Callback):
+    """The training losses, and the logits and labels of every validation batch."""
+
+    def __init__(self):
+        self.losses, self.val = [], []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(outputs["loss"] if isinstance(outputs, dict) else outputs))
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        with torch.no_grad():
+            self.val.append((pl_module(batch[0]).float(), batch[1]))
+
+
+@pytest.mark.parametrize("model,optim", [("skip", "adamw"), ("skipless", "adamw"), ("skipless-plain", "soap"),
+                                         ("attn-skip", "adamw"), ("mlp-skip", "soap")])
+def test_presets_train_validate_and_export_a_backbone_evaluators_read(tmp_path, data_root, model, optim):
+    cfg = tiny_cfg(tmp_path, data_root, f"model={model}", f"optim={optim}", "train.epochs=1")
+    rec = Recorder()
+    trainer, module = train(cfg, extra_callbacks=[rec])
+    run = run_dir_of(cfg)
+    assert len(rec.losses) == 4 and np.isfinite(rec.losses).all()
+    # top-1 / top-5 as logged equal a direct count over the validation logits
+    logits = torch.cat([l for l, _ in rec.val])
+    labels = torch.cat([y for _, y in rec.val])
+    top1 = (logits.argmax(1) == labels).float().mean().item() * 100
+    top5 = (logits.topk(5, dim=1).indices == labels[:, None]).any(1).float().mean().item() * 100
+    assert len(labels) == 8
+    assert trainer.callback_metrics["val/top1"].item() == pytest.approx(top1)
+    assert trainer.callback_metrics["val/top5"].item() == pytest.approx(top5)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["val"]["top1"] == pytest.approx(top1)
+    # the exported backbone is the classifier's, without its head, in the evaluators' format
+    backbone = load_backbone(run / "backbone.pt").eval()
+    assert backbone.skipless_args["residual"] == cfg.model.residual
+    module.eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(backbone(x), module.backbone(x))
+    assert load_saved_config(run / "config.yaml").model.name == model
+
+
+def test_the_paper_init_is_the_supervised_one(tmp_path, data_root):
+    """Section 6.1: the supervised ViT-B's cutskip values are alpha 2, beta 0.6, c 3 (not DINO's 1.8 / 1 / 3)."""
+    cfg = load_config("train", ["dataset=imagenet"])
+    assert cfg.model.arch == "vit_base" and cfg.model.drop_path_rate == 0.0
+    module = Supervised(load_config("train", [*TINY]), num_classes=10)
+    args = module.backbone.skipless_args["init_args"]
+    assert (args["alpha"], args["beta"], args["c"]) == (2.0, 0.6, 3.0)
+
+
+class StopAfterEpoch(pl.Callback):
+    def __init__(self, epoch):
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch + 1 == self.epoch:
+            trainer.should_stop = True
+
+
+def test_resume_continues_the_loss_curve_exactly(tmp_path, data_root):
+    straight = Recorder()
+    train(tiny_cfg(tmp_path, data_root, "run.name=straight", "train.epochs=2"), extra_callbacks=[straight])
+    first, second = Recorder(), Recorder()
+    cfg = tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2")
+    train(cfg, extra_callbacks=[first, StopAfterEpoch(1)])
+    train(tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2", "run.resume=true"),
+          extra_callbacks=[second])
+    assert len(straight.losses) == 8 and len(first.losses) == 4 and len(second.losses) == 4
+    torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses),
+                               rtol=0, atol=0)
+    resumes = (run_dir_of(cfg) / "resumes.jsonl").read_text().splitlines()
+    assert len(resumes) == 1
+
+
+def test_mixup_runs_on_soft_targets(tmp_path, data_root):
+    """The paper's recipe mixes batches (mixup 0.8 / cutmix 1.0, timm's Mixup): the loss is the soft-target
+    cross-entropy, and an odd batch is refused before anything is written."""
+    cfg = tiny_cfg(tmp_path, data_root, "aug.mixup=0.8", "aug.cutmix=1.0", "aug.auto_augment=rand-m9-mstd0.5-inc1",
+                   "aug.re_prob=0.25", "train.epochs=1", "train.max_steps=2")
+    rec = Recorder()
+    train(cfg, extra_callbacks=[rec])
+    assert len(rec.losses) == 2 and np.isfinite(rec.losses).all()
+    odd = tiny_cfg(tmp_path, data_root, "aug.mixup=0.8", "train.batch_size_per_device=3", "run.name=odd")
+    with pytest.raises(ConfigError, match="train.batch_size_per_device=3 is odd"):
+        train(odd)
+    assert not run_dir_of(odd).exists()
+
+
+def test_divergence_stops_with_the_sentence_and_keeps_the_last_checkpoint(tmp_path, data_root):
+    cfg = tiny_cfg(tmp_path, data_root, "train.epochs=2")
+    train(cfg)
+    last = run_dir_of(cfg) / "checkpoints" / "last.ckpt"
+    before = last.read_bytes()
+    blown = tiny_cfg(tmp_path, data_root, "train.epochs=3", "run.resume=true", "model.lr.adamw=1e30")
+    with pytest.raises(ResumeMismatchError, match="model.lr.adamw"):  # the recipe is not resumable
+        train(blown)
+    fresh = tiny_cfg(tmp_path, data_root, "run.name=blown", "model.lr.adamw=1e30", "train.epochs=2")
+    with pytest.raises(DivergenceError, match="training diverged at step .* model.lr.adamw"):
+        train(fresh)
+    assert last.read_bytes() == before
+
+
+@pytest.mark.parametrize("override,words", [
+    ("aug.image_size=30", "aug.image_size=30 is not a multiple of model.patch_size=16"),
+    ("aug.label_smoothing=1.5", "aug.label_smoothing"),
+    ("dataset=nope", "unknown dataset 'nope'"),
+    ("train.val_every_n_epochs=0", "train.val_every_n_epochs"),
+])
+def test_bad_values_are_one_sentence_before_anything_is_written(tmp_path, capsys, override, words):
+    root = tmp_path / "runs"
+    code = main([f"run.root={root}", "train.max_steps=1", override])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and words in err and err.count("\n") == 0
+    assert not root.exists()
