@@ -7,8 +7,8 @@ rate scaled by ``batch_size / 256`` (DINO's linear scaling rule) and decayed by 
 epochs (``CosineAnnealingLR(epochs)``, stepped once per epoch).
 
 Every head of every group sees the same batches in the same order; the heads share no parameter and
-each has its own optimizer parameter group, so training them together gives each exactly the updates
-it would get alone (tested), and a sweep of n learning rates costs one pass over the features per
+each has its own optimizer parameter group, so training them together gives each the updates it would
+get alone (tested; up to the float rounding of the shared matrix product), and a sweep of n learning rates costs one pass over the features per
 epoch. Each head's initial weights come from a generator seeded by ``(seed, group, lr)`` alone, so
 widening the sweep leaves the other heads unchanged.
 """
