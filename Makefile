@@ -35,7 +35,7 @@ TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain train probe tokencut pca conditioning bench tensorboard test clean
+.PHONY: help setup data pretrain train probe tokencut pca conditioning knn linear bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -53,6 +53,7 @@ help: ## list targets and variables
 	@echo "  RECIPE=$(call choices,train-recipe) (defaults: configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
+	@echo "       or a classification dataset (knn, linear: default and the readers of skipless/data/classification.py)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
 	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); CKPT=init:<model>[:<arch>]: a preset at init;"
@@ -90,6 +91,12 @@ pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= AR
 
 conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective rank per block: LAYER= CKPT= IMAGES= ARGS=
 	$(PY) -m eval.conditioning $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,images,$(IMAGES)) $(call opt,out,$(OUT)) $(ARGS)
+
+knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATASET= CKPT= ARGS=
+	$(PY) -m eval.knn $(call opt,dataset,$(DATASET)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
+
+linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features (DINO): DATASET= CKPT= ARGS=
+	$(PY) -m eval.linear $(call opt,dataset,$(DATASET)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json
 	$(PY) -m bench $(ARGS)

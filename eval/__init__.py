@@ -12,5 +12,7 @@ EVALUATORS: dict[str, tuple[str, ...]] = {
     "tokencut": ("tokencut", "tokencut_result", "tokencut_outputs", "ncut", "corloc"),
     "pca": ("pca", "pca_maps"),
     "conditioning": ("conditioning",),
+    "knn": ("knn",),
+    "linear": ("linear", "linear_heads"),
 }
-SHARED: tuple[str, ...] = ("backbones", "devices", "images", "output_dirs", "report", "settings_rules", "square_images")
+SHARED: tuple[str, ...] = ("backbones", "devices", "global_eval", "global_features", "images", "output_dirs", "report", "settings_rules", "square_images")

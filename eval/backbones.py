@@ -30,6 +30,7 @@ Only the model part of skipless is imported here, never training code (evaluator
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, replace
@@ -244,3 +245,12 @@ def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int 
         model = load_backbone(spec.path, map_location="cpu")
     return freeze_for_eval(model, device)
 
+
+
+def backbone_key(spec: BackboneSpec, seed: int) -> dict[str, Any]:
+    """What identifies a backbone's weights in a feature cache's key: its file (resolved path, mtime,
+    size), or for one built at initialisation its kind, arguments and seed."""
+    if spec.is_random:
+        return {"random": True, "kind": spec.kind, "seed": int(seed), "args": json.loads(json.dumps(spec.args, default=str))}
+    stat = Path(spec.path).stat()
+    return {"path": str(Path(spec.path).resolve()), "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}

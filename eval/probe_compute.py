@@ -20,7 +20,7 @@ import torch
 
 from skipless.data.seg_views import Mirrored
 
-from .backbones import BackboneSpec, load_spec
+from .backbones import BackboneSpec, backbone_key, load_spec
 from .feature_cache import FeatureCache, build_cache
 from .linear_probe import LinearHeads, TrainResult, cache_batches, evaluate_cached, evaluate_full, train_heads
 from .miou import ConfusionMatrix
@@ -85,17 +85,10 @@ def num_workers(value: Any) -> int:
     return min(8, os.cpu_count() or 1) if value is None else int(value)
 
 
-def _backbone_key(spec: BackboneSpec, seed: int) -> dict[str, Any]:
-    if spec.is_random:
-        return {"random": True, "kind": spec.kind, "seed": int(seed), "args": json.loads(json.dumps(spec.args, default=str))}
-    stat = Path(spec.path).stat()
-    return {"path": str(Path(spec.path).resolve()), "mtime_ns": stat.st_mtime_ns, "size": stat.st_size}
-
-
 def _cache(settings: ProbeSettings, model: torch.nn.Module, spec: BackboneSpec, dataset: Any, which: str,
            layers: list[int], resolution: int, label_size: int) -> FeatureCache:
     cfg, device = settings.cfg, settings.device
-    key = {"backbone": _backbone_key(spec, cfg.seed), "dataset": dataset.name,
+    key = {"backbone": backbone_key(spec, cfg.seed), "dataset": dataset.name,
            "split": f"{which}:{getattr(dataset, 'split', '')}",
            "ids": ids_hash(dataset.ids), "amp": bool(cfg.amp and device.type == "cuda")}
     folder = None

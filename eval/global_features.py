@@ -1,0 +1,226 @@
+"""Global (one vector per image) features of a frozen backbone, extracted once per split and cached:
+what ``make knn`` and ``make linear`` read.
+
+Per image, DINO's two global features (Caron et al. 2021; facebookresearch/dino ``eval_knn.py`` and
+``eval_linear.py``):
+
+- ``cls``: the CLS token of each of the last ``n_last_blocks`` blocks, each through the backbone's
+  final LayerNorm. DINO's ``get_intermediate_layers(x, n)`` applies ``self.norm`` to the output of
+  every block it returns, and ``eval_linear.py`` concatenates their ``[:, 0]`` (``--n_last_blocks 4``
+  for ViT-S). The last of them is what DINO's ``model(x)`` returns, the CLS token after the final
+  norm: the k-NN feature of ``eval_knn.py``.
+- ``avgpool``: the mean of the last block's patch tokens after the final norm
+  (``eval_linear.py --avgpool_patchtokens``, which averages ``get_intermediate_layers(x, n)[-1][:, 1:]``).
+
+Images go through DINO's evaluation transform (``eval_transform``): shorter side resized (bicubic)
+to ``resize``, the centre ``crop`` x ``crop`` square, ImageNet normalisation. There is no
+augmentation: every image has one feature, so the backbone runs once per image for every k and every
+learning rate (DINO's linear training uses random resized crops and flips; see ``eval/linear.py``).
+
+The cache is small (``(n_last_blocks + 1) x width`` float32 per image: 7.7 kB for ViT-S, 4 blocks),
+so it is kept: ``.npy`` files under ``<run>/eval/cache/global-<dataset>-<split>-<digest>/``, complete
+once ``meta.json`` is written (last), reused when its key (backbone file, dataset, images, sizes,
+blocks) is the same; ``make knn`` then ``make linear`` run the backbone once. Unreadable images are
+left out (``valid`` False) and counted, with one warning per split.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import functional as TF
+from tqdm import tqdm
+
+from skipless.atomic import atomic_write
+from skipless.data.classification import READ_ERRORS
+from skipless.data.errors import MalformedDatasetError
+from skipless.models import extract_features, resolve_layers
+
+from .images import normalized
+
+FORMAT = "skipless-global-features/1"
+ARRAYS = ("cls", "avgpool", "labels", "valid")
+
+
+def eval_transform(resize: int, crop: int) -> Callable[[Image.Image], torch.Tensor]:
+    """DINO's evaluation transform: ``Resize(resize, bicubic)``, ``CenterCrop(crop)``, ImageNet ``Normalize``."""
+    def transform(image: Image.Image) -> torch.Tensor:
+        image = TF.resize(image.convert("RGB"), resize, interpolation=TF.InterpolationMode.BICUBIC)
+        return normalized(TF.center_crop(image, crop))
+
+    return transform
+
+
+def last_blocks(depth: int, n_last: int) -> list[int]:
+    """The indices of the last ``n_last`` blocks (``FeatureRequestError`` when the backbone has fewer)."""
+    return resolve_layers(list(range(-int(n_last), 0)), depth)
+
+
+def global_tokens(model: nn.Module, x: torch.Tensor, n_last: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cls (B, n_last, D), avgpool (B, D))`` of images ``x`` from one forward pass (module docstring)."""
+    blocks = last_blocks(len(model.blocks), n_last)
+    feats = extract_features(model, x, blocks, ("out",), norm=True)
+    prefix = int(getattr(model, "num_prefix_tokens", 1))
+    cls = torch.stack([feats[("out", i)][:, 0] for i in blocks], dim=1)
+    return cls, feats[("out", blocks[-1])][:, prefix:].mean(dim=1)
+
+
+def describe(dataset: Any, index: int) -> str:
+    """A sample as a message names it: its file when it has one, else its index."""
+    items = getattr(dataset, "items", None)
+    item = items[index] if items is not None else None
+    return str(item) if isinstance(item, (str, Path)) else f"{getattr(dataset, 'name', 'sample')} #{index}"
+
+
+class _Samples(Dataset):
+    """``(image tensor, label, ok, why)``; an unreadable image gives ``ok=False`` and a zero image."""
+
+    def __init__(self, dataset: Any, transform: Callable[[Image.Image], torch.Tensor], crop: int) -> None:
+        self.dataset, self.transform, self.crop = dataset, transform, int(crop)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int, bool, str]:
+        try:
+            image, label = self.dataset.read(index)  # strict: raises instead of serving the next image
+        except READ_ERRORS as err:
+            why = f"{describe(self.dataset, index)} ({type(err).__name__}: {err})"
+            return torch.zeros(3, self.crop, self.crop), -1, False, why
+        return self.transform(image), int(label), True, ""
+
+
+@dataclass
+class GlobalFeatures:
+    """The cached features of one split.
+
+    Attributes:
+        cls: (N, n_last_blocks, D) float32, normed CLS tokens of the last blocks, deepest last.
+        avgpool: (N, D) float32, mean normed patch token of the last block.
+        labels: (N,) int64 (-1 for unreadable images).
+        valid: (N,) bool, False for images that could not be read (left out everywhere).
+        skipped: what was unreadable, one ``"<file> (<error>)"`` each.
+        folder: the cache folder, or None in memory.
+        extract_s: seconds of the backbone pass (0 when reused).
+    """
+
+    cls: np.ndarray
+    avgpool: np.ndarray
+    labels: np.ndarray
+    valid: np.ndarray
+    skipped: list[str] = field(default_factory=list)
+    folder: Path | None = None
+    extract_s: float = 0.0
+    reused: bool = False
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def n_valid(self) -> int:
+        return int(self.valid.sum())
+
+    def knn(self) -> torch.Tensor:
+        """k-NN's feature of the readable images: the last block's normed CLS token, (n_valid, D)."""
+        return torch.from_numpy(np.ascontiguousarray(self.cls[self.valid, -1]))
+
+    def cls_concat(self) -> torch.Tensor:
+        """The normed CLS tokens of the last blocks concatenated, (n_valid, n_last * D) (``eval_linear.py``)."""
+        cls = self.cls[self.valid]
+        return torch.from_numpy(np.ascontiguousarray(cls.reshape(cls.shape[0], -1)))
+
+    def cls_avgpool(self) -> torch.Tensor:
+        """``cls_concat`` followed by the avgpooled patch tokens, (n_valid, (n_last + 1) * D)."""
+        return torch.cat([self.cls_concat(), torch.from_numpy(np.ascontiguousarray(self.avgpool[self.valid]))], 1)
+
+    def valid_labels(self) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(self.labels[self.valid]))
+
+
+def open_features(folder: Path, key: dict) -> GlobalFeatures | None:
+    """The complete cache in ``folder`` built with the same ``key``, or None."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if meta.get("format") != FORMAT or meta.get("key") != json.loads(json.dumps(key)):
+        return None
+    try:
+        arrays = {name: np.load(folder / f"{name}.npy") for name in ARRAYS}
+    except (OSError, ValueError):
+        return None
+    return GlobalFeatures(**arrays, skipped=list(meta.get("skipped", [])), folder=folder, reused=True, meta=meta)
+
+
+@torch.inference_mode()
+def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize: int, crop: int,
+                          device: torch.device | str = "cpu", batch_size: int = 32, num_workers: int = 0,
+                          folder: str | Path | None = None, key: dict | None = None, amp: bool = True,
+                          progress: bool = True, desc: str = "features") -> GlobalFeatures:
+    """Run the frozen backbone once over ``dataset`` (a ``LabelledImages``: ``read``, ``labels``), or
+    reuse the cache in ``folder`` when its key matches.
+
+    Args:
+        model: the frozen backbone (``eval/backbones.load_spec``), on ``device``.
+        n_last: how many of the last blocks give a CLS token.
+        resize, crop: the evaluation transform (``eval_transform``).
+        folder: where the cache is kept (None: in memory only).
+        key: what identifies the content besides the sizes (backbone, dataset, images).
+        amp: bfloat16 autocast on CUDA (ignored on the CPU).
+
+    Raises:
+        MalformedDatasetError: no image of the split could be read.
+    """
+    key = dict(key or {}, n_last=int(n_last), resize=int(resize), crop=int(crop), n=len(dataset))
+    folder = Path(folder) if folder is not None else None
+    if folder is not None:
+        found = open_features(folder, key)
+        if found is not None:
+            return found
+    device = torch.device(device)
+    n, dim = len(dataset), int(model.embed_dim)
+    cls = np.zeros((n, int(n_last), dim), dtype=np.float32)
+    avgpool = np.zeros((n, dim), dtype=np.float32)
+    labels = np.full(n, -1, dtype=np.int64)
+    valid = np.zeros(n, dtype=bool)
+    skipped: list[str] = []
+    loader = DataLoader(_Samples(dataset, eval_transform(resize, crop), crop), batch_size=batch_size,
+                        shuffle=False, num_workers=num_workers, pin_memory=device.type == "cuda")
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and device.type == "cuda")
+    start, t0 = 0, time.perf_counter()
+    with tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False) as bar:
+        for x, y, ok, why in loader:
+            end = start + x.shape[0]
+            if ok.any():
+                with autocast:
+                    c, a = global_tokens(model, x[ok].to(device, non_blocking=True), n_last)
+                rows = np.arange(start, end)[ok.numpy()]
+                cls[rows], avgpool[rows] = c.float().cpu().numpy(), a.float().cpu().numpy()
+            labels[start:end], valid[start:end] = y.numpy(), ok.numpy()
+            skipped += [w for w in why if w]
+            start = end
+            bar.update(x.shape[0])
+    extract_s = time.perf_counter() - t0
+    name = getattr(dataset, "name", "the split")
+    if not valid.any():
+        raise MalformedDatasetError(f"none of the {n} images of {name} could be read, e.g. {skipped[0]}")
+    if skipped:
+        print(f"warning: {len(skipped)} unreadable images of {name} left out (of {n}), e.g. {skipped[0]}", flush=True)
+    meta = {"format": FORMAT, "key": json.loads(json.dumps(key)), "skipped": skipped, "extract_s": extract_s}
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for array_name, array in zip(ARRAYS, (cls, avgpool, labels, valid)):
+            np.save(folder / f"{array_name}.npy", array)
+        atomic_write(folder / "meta.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)))
+    return GlobalFeatures(cls, avgpool, labels, valid, skipped, folder, extract_s, False, meta)

@@ -1,0 +1,101 @@
+"""make linear: heads learn separable features, train side by side as alone, the best lr is chosen on val,
+the knn cache is reused, the entry point end to end, refusals."""
+import json
+
+import pytest
+import torch
+
+from eval import knn, linear
+from eval.linear import train_and_score
+from eval.linear_heads import ClassifierHeads, best_lr_index, cosine_lr, train_heads
+from global_fixtures import SMALL, register_colours, tiny_backbone
+
+
+def separable(n_per_class: int, classes: int = 7, dim: int = 24, seed: int = 0):
+    """Gaussian clusters far apart: a linear map separates them."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(classes, dim, generator=torch.Generator().manual_seed(99)) * 4
+    y = torch.arange(classes).repeat_interleave(n_per_class)
+    return centres[y] + torch.randn(len(y), dim, generator=g), y
+
+
+def test_heads_reach_full_accuracy_on_linearly_separable_features():
+    x, y = separable(30)
+    xv, yv = separable(10, seed=1)
+    out = train_and_score({"a": x, "b": torch.cat([x, x[:, :4]], 1)}, y, {"a": xv, "b": torch.cat([xv, xv[:, :4]], 1)},
+                          yv, 7, [1e-3, 1e-2], epochs=30, batch_size=32)
+    for group in ("a", "b"):
+        assert out[group]["top1"] == 100.0 and out[group]["top5"] == 100.0
+        assert out[group]["dim"] == (24 if group == "a" else 28)
+
+
+def test_the_reported_lr_is_the_best_on_val_and_a_useless_lr_is_never_chosen():
+    x, y = separable(30)
+    xv, yv = separable(10, seed=1)
+    out = train_and_score({"a": x}, y, {"a": xv}, yv, 7, [1e-9, 1e-2], epochs=10, batch_size=32)
+    sweep = out["a"]["sweep"]
+    assert sweep[0]["top1"] < 60 < sweep[1]["top1"]  # 1e-9 barely moves the N(0, 0.01) init
+    assert out["a"]["best_lr"] == 1e-2 and out["a"]["top1"] == sweep[1]["top1"] and out["a"]["best_lr_at_edge"]
+
+
+def test_best_lr_index_breaks_ties_by_top5_then_by_order():
+    assert best_lr_index([{"top1": 50, "top5": 90}, {"top1": 70, "top5": 80}, {"top1": 60, "top5": 99}]) == 1
+    assert best_lr_index([{"top1": 70, "top5": 80}, {"top1": 70, "top5": 95}]) == 1
+    assert best_lr_index([{"top1": 70, "top5": None}, {"top1": 70, "top5": None}]) == 0
+
+
+def test_heads_trained_side_by_side_are_the_heads_trained_alone():
+    x, y = separable(12)
+    both = ClassifierHeads({"a": 24}, 7, [1e-3, 1e-1], seed=3)
+    alone = ClassifierHeads({"a": 24}, 7, [1e-1], seed=3)
+    assert torch.equal(both.heads["a"][1].weight, alone.heads["a"][0].weight)  # the init depends on the lr only
+    train_heads(both, {"a": x}, y, epochs=3, batch_size=16, progress=False)
+    train_heads(alone, {"a": x}, y, epochs=3, batch_size=16, progress=False)
+    assert torch.allclose(both.heads["a"][1].weight, alone.heads["a"][0].weight, atol=1e-6)
+    assert not torch.allclose(both.heads["a"][0].weight, both.heads["a"][1].weight)
+
+
+def test_the_cosine_follows_cosine_annealing_per_epoch():
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 5, eta_min=0)
+    for epoch in range(5):
+        assert cosine_lr(0.4, epoch, 5) == pytest.approx(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+
+
+def test_make_linear_end_to_end_reuses_the_knn_cache_and_writes_json_and_table(tmp_path, monkeypatch, capsys):
+    register_colours(monkeypatch)
+    run = tiny_backbone(tmp_path / "runs" / "tiny")
+    common = ["dataset=colours", f"ckpt={run} random", f"runs_root={tmp_path / 'runs'}", *SMALL]
+    knn.main([*common, "ks=[3]", "report_k=3"])
+    capsys.readouterr()
+    linear.main([*common, "epochs=15", "batch_size=8", "lrs=[0.01,0.1,1.0]"])
+    out = capsys.readouterr().out
+    assert out.count("(cached)") == 2  # both backbones: features from make knn's cache, no backbone pass
+    result = json.loads((run / "eval" / "linear-colours.json").read_text())
+    assert result["lr_scale"] == 8 / 256 and result["timings"]["cache_reused"]
+    for group, dim in (("cls", 2 * 192), ("cls+avgpool", 3 * 192)):
+        r = result["groups"][group]
+        assert r["dim"] == dim and len(r["sweep"]) == 3
+        assert r["top1"] == max(s["top1"] for s in r["sweep"]) and r["top1"] > 50
+        assert r["best_lr"] in [s["lr"] for s in r["sweep"]]
+    table = (tmp_path / "runs" / "compare" / "linear-colours.md").read_text()
+    assert "| tiny |" in table and "| random |" in table and "cls+avgpool top-1" in table
+    assert table.split("\n\n", 1)[1] in out
+
+
+@pytest.mark.parametrize("bad, says", [
+    (["dataset=nope"], "unknown classification dataset 'nope'"),
+    (["lrs=[]"], "lrs must be a non-empty list of finite numbers > 0"),
+    (["lrs=[0.1,-1]"], "lrs must be a non-empty list of finite numbers > 0"),
+    (["epochs=0"], "epochs must be an integer >= 1, got 0"),
+    (["features.n_last_blocks=3"], "features.n_last_blocks must be at most the depth of tiny (2 blocks), got 3"),
+])
+def test_bad_values_are_refused_in_one_sentence_before_anything_is_written(tmp_path, monkeypatch, bad, says):
+    register_colours(monkeypatch)
+    run = tiny_backbone(tmp_path / "runs" / "tiny")
+    with pytest.raises(SystemExit) as err:
+        linear.main(["dataset=colours", f"ckpt={run}", f"runs_root={tmp_path / 'runs'}", *SMALL, *bad])
+    assert says in str(err.value) and str(err.value).startswith("error: ")
+    assert not (run / "eval").exists()
