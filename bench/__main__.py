@@ -2,6 +2,7 @@
 
 Sections (each can be chosen with ``--only``):
 - ``pretrain``: a full DINO training step, skip vs skipless, AdamW vs SOAP (``pretrain_step.py``).
+- ``train``: a supervised training step, skip vs skipless, AdamW vs SOAP (``train_step.py``).
 - ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S (``pretrain_step.py``).
 - ``probe``: a linear-probe lr sweep with cached features vs running the backbone every step, on
   the embedded default (``probe_sweep.py``; needs a run under ``runs/``, the repo root as cwd).
@@ -28,8 +29,9 @@ from .pretrain_step import device_name, section_init, section_pretrain
 from .probe_sweep import bench_probe
 from .table import markdown_table
 from .tokencut_solvers import bench_section
+from .train_step import section_train
 
-SECTIONS = ("pretrain", "init", "probe", "tokencut", "conditioning")
+SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning")
 
 
 def main() -> None:
@@ -49,6 +51,13 @@ def main() -> None:
         results["pretrain"] = rows
         print(f"\nDINO pretraining step on {results['device']}:")
         print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
+                                    "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
+                                    "peak_memory_mb"]))
+    if "train" in args.only:
+        rows = section_train(args.quick)
+        results["train"] = rows
+        print(f"\nsupervised training step on {results['device']}:")
+        print(markdown_table(rows, ["model", "optim", "arch", "batch", "image_px", "step_s", "images_per_s",
                                     "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
                                     "peak_memory_mb"]))
     if "probe" in args.only:

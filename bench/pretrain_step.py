@@ -84,24 +84,19 @@ def bench_pretrain_step(model: str, optim: str, overrides: list[str], steps: int
     loader = DataLoader(data, batch_size=batch, collate_fn=collate_multicrop, num_workers=2)
     module = DINO(cfg, partial(backbone_factory, cfg))
     timer = StepTimer(warmup)
-    gpu = torch.cuda.is_available()
-    trainer = pl.Trainer(accelerator="gpu" if gpu else "cpu", devices=1, precision="bf16-mixed" if gpu else "32-true",
-                         max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[timer])
-    trainer.fit(module, loader)
+    bench_trainer(timer).fit(module, loader)
     step = sorted(timer.times)[len(timer.times) // 2]  # median
     backbone = backbone_factory(cfg, 0.0)
     per_image = 3 * (2 * forward_flops(backbone, d.global_crop_size)
                      + d.local_crops_number * forward_flops(backbone, d.local_crop_size))  # student fwd+bwd
     per_image += 2 * forward_flops(backbone, d.global_crop_size)  # teacher forward
     tflops = per_image * batch / step / 1e12
-    peak = next((v for k, v in PEAK_BF16_TFLOPS.items() if gpu and k in torch.cuda.get_device_name(0)), None)
+    peak = gpu_peak_tflops()
     return {
         "model": model, "optim": optim, "batch": batch, "crops": f"2x{d.global_crop_size} + "
         f"{d.local_crops_number}x{d.local_crop_size}", "step_s": step, "images_per_s": batch / step,
         "backbone_tflops_per_s": tflops, "mfu": tflops / peak if peak else None,
-        "peak_memory_mb": (torch.cuda.max_memory_allocated() / 2**20 if gpu
-                           else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_memory_mb": memory_mb(),
     }
 
 
@@ -114,13 +109,39 @@ def section_pretrain(quick: bool) -> list[dict]:
     else:  # the CPU demo sizes of data/default.yaml
         overrides = ["train.batch_size_per_device=16"]
         steps, warmup = (3, 1) if quick else (6, 2)
-    rows = [bench_pretrain_step(m, o, overrides, steps, warmup)
-            for m in ("skip", "skipless") for o in ("adamw", "soap")]
+    return with_ratios([bench_pretrain_step(m, o, overrides, steps, warmup)
+                        for m in ("skip", "skipless") for o in ("adamw", "soap")])
+
+
+def with_ratios(rows: list[dict]) -> list[dict]:
+    """Adds each row's step-time ratios SOAP / AdamW (same model) and skipless / skip (same optimizer)."""
     by = {(r["model"], r["optim"]): r for r in rows}
     for r in rows:
         r["soap_over_adamw"] = by[(r["model"], "soap")]["step_s"] / by[(r["model"], "adamw")]["step_s"]
         r["skipless_over_skip"] = by[("skipless", r["optim"])]["step_s"] / by[("skip", r["optim"])]["step_s"]
     return rows
+
+
+def memory_mb() -> float:
+    """The CUDA peak of the measured steps on a GPU; the process's peak resident memory on a CPU."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def gpu_peak_tflops() -> float | None:
+    """The dense bf16 peak of this GPU when it is known (``PEAK_BF16_TFLOPS``), else None."""
+    if not torch.cuda.is_available():
+        return None
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in torch.cuda.get_device_name(0)), None)
+
+
+def bench_trainer(timer: StepTimer) -> pl.Trainer:
+    """One epoch on one device, bf16-mixed on a GPU and fp32 on a CPU, nothing written."""
+    gpu = torch.cuda.is_available()
+    return pl.Trainer(accelerator="gpu" if gpu else "cpu", devices=1, precision="bf16-mixed" if gpu else "32-true",
+                      max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False, callbacks=[timer])
 
 
 def section_init() -> dict:

@@ -31,3 +31,21 @@ def test_conditioning_bench_compares_the_matrix_free_kappa_with_the_dense_one():
     assert r["shape_of_J"][0] == 2 * 5 * 48
     assert r["largest_rel_gap"] < 1e-2 and r["smallest_rel_gap"] < 1e-2
     assert r["kappa_matrix_free"] == pytest.approx(r["kappa_dense"], rel=2e-2)
+
+
+def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
+    from bench.pretrain_step import with_ratios
+    from bench.train_step import bench_train_step
+
+    tiny = ["model.arch=vit_tiny", "model.depth=1", "aug.image_size=32", "train.batch_size_per_device=4"]
+    rows = with_ratios([bench_train_step(m, o, tiny, steps=2, warmup=1) for m in ("skip", "skipless")
+                        for o in ("adamw", "soap")])
+    by = {(r["model"], r["optim"]): r for r in rows}
+    for r in rows:
+        assert r["batch"] == 4 and r["image_px"] == 32 and r["step_s"] > 0
+        assert r["images_per_s"] == pytest.approx(4 / r["step_s"])
+        assert r["backbone_tflops_per_s"] > 0 and r["mfu"] is None  # no GPU peak on a CPU
+    assert by[("skip", "soap")]["soap_over_adamw"] == pytest.approx(by[("skip", "soap")]["step_s"]
+                                                                     / by[("skip", "adamw")]["step_s"])
+    assert by[("skip", "adamw")]["skipless_over_skip"] == pytest.approx(by[("skipless", "adamw")]["step_s"]
+                                                                        / by[("skip", "adamw")]["step_s"])
