@@ -47,3 +47,13 @@ def test_make_evaluators_pass_only_what_is_set(target):
     assert _eval_line(target) == f"python -m eval.{target}"
     line = _eval_line(target, "CKPT=runs/a random", "LAYER=-1", "OUT=/tmp/o")
     assert 'ckpt="runs/a random"' in line and "layers=-1" in line and "out=/tmp/o" in line
+
+
+def test_make_train_maps_each_variable_set_onto_its_key():
+    assert dry_run("train").split() == ["python", "-m", "skipless.train"]
+    words = dry_run("train", "MODEL=attn-skip", "OPT=soap", "DATA=cifar10", "RECIPE=paper", "GPUS=8", "NODES=2",
+                    "RESUME=1", "ARGS=train.epochs=200").split()[3:]
+    assert words == ["model=attn-skip", "optim=soap", "dataset=cifar10", "train-recipe=paper", "train.devices=8",
+                     "train.num_nodes=2", "run.resume=true", "train.epochs=200"]
+    # the evaluators' DATASET= names the same thing
+    assert dry_run("train", "DATASET=tiny-imagenet").split()[3:] == ["dataset=tiny-imagenet"]
