@@ -147,3 +147,25 @@ def test_bad_values_are_one_sentence_before_anything_is_written(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert code == 1 and words in err and err.count("\n") == 0
     assert not root.exists()
+
+
+def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_path):
+    """ImageNet layout (train/<wnid>/, val/<wnid>/) with one truncated JPEG: the run finishes and its
+    summary counts the skip."""
+    from PIL import Image
+
+    root = tmp_path / "imagenet"
+    for split, n in (("train", 4), ("val", 2)):
+        for c, wnid in enumerate(("n01440764", "n01443537")):
+            folder = root / split / wnid
+            folder.mkdir(parents=True)
+            for i in range(n):
+                Image.new("RGB", (40, 40), (255 * c, 40 * i, 90)).save(folder / f"{wnid}_{i}.JPEG")
+    bad = root / "train" / "n01440764" / "n01440764_1.JPEG"
+    bad.write_bytes(bad.read_bytes()[:40])
+    cfg = load_config("train", [*(o for o in TINY if not o.startswith("data.")), "dataset=imagenet", f"data.root={root}", f"run.root={tmp_path / 'runs'}",
+                                "train.epochs=1", "train-recipe=demo", "aug.image_size=32"])
+    with pytest.warns(Warning, match="skipping unreadable image .*n01440764_1.JPEG"):
+        train(cfg)
+    summary = json.loads((run_dir_of(cfg) / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["skipped_images"] >= 1 and summary["steps"] == 2
