@@ -17,24 +17,17 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from .errors import CorruptImageWarning, MalformedDatasetError, UnknownDatasetError
+from .errors import MalformedDatasetError, UnknownDatasetError, warn_unreadable
+from .image_folder import READ_ERRORS, decode_rgb
 
-READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError)  # what PIL raises on a bad file
 SPLITS = ("train", "val")
 log = logging.getLogger(__name__)
-
-
-def decode_rgb(path: str | os.PathLike) -> Image.Image:
-    """The image at ``path`` as RGB, decoded fully (a truncated file fails here, not later)."""
-    with Image.open(path) as image:
-        return image.convert("RGB")
 
 
 class LabelledImages:
@@ -100,9 +93,7 @@ class LabelledImages:
         self.skipped += 1
         if index not in self._reported:
             self._reported.add(index)
-            message = f"skipping unreadable image {self.items[index]} ({type(error).__name__}: {error})"
-            warnings.warn(message, CorruptImageWarning, stacklevel=3)
-            log.warning(message)
+            warn_unreadable(self.items[index], error, log)
 
 
 def _default(root: Path, split: str, transform) -> LabelledImages:

@@ -6,7 +6,9 @@ instead of a bare ``FileNotFoundError`` from deep inside a loader.
 """
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 
 from ..errors import SkiplessError
 
@@ -27,6 +29,13 @@ class UnknownDatasetError(SkiplessError, ValueError):
 
 class CorruptImageWarning(UserWarning):
     """An unreadable image was skipped; training goes on with the next one."""
+
+
+def warn_unreadable(path: object, error: Exception, logger: logging.Logger) -> None:
+    """Say once, as a ``CorruptImageWarning`` and in the log, that the image at ``path`` was skipped."""
+    message = f"skipping unreadable image {path} ({type(error).__name__}: {error})"
+    warnings.warn(message, CorruptImageWarning, stacklevel=4)
+    logger.warning(message)
 
 
 def missing_dataset(name: str, root: str | os.PathLike, layout: str) -> DatasetNotFoundError:

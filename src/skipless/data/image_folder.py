@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 from PIL import Image, UnidentifiedImageError
 
-from .errors import CorruptImageWarning, MalformedDatasetError, missing_dataset
+from .errors import MalformedDatasetError, missing_dataset, warn_unreadable
 from .voc import VOCImages
 
 __all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages"]
@@ -26,9 +25,10 @@ READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError)  # what
 log = logging.getLogger(__name__)
 
 
-def _decode(path: Path) -> Image.Image:
+def decode_rgb(path: str | os.PathLike) -> Image.Image:
+    """The image at ``path`` as RGB, decoded fully (a truncated file fails here, not in a worker later)."""
     with Image.open(path) as image:
-        return image.convert("RGB")  # decodes fully: truncated files fail here
+        return image.convert("RGB")
 
 
 def list_images(root: Path) -> list[Path]:
@@ -66,7 +66,7 @@ class ImageFolderDataset:
         for step in range(len(self.files)):
             path = self.files[(index + step) % len(self.files)]
             try:
-                image = _decode(path)
+                image = decode_rgb(path)
             except READ_ERRORS as error:
                 self._skip(path, error)
                 continue
@@ -81,7 +81,7 @@ class ImageFolderDataset:
         first = ""
         for path in self.files:
             try:
-                _decode(path)
+                decode_rgb(path)
                 return
             except READ_ERRORS as error:
                 first = first or f"{path.name}: {type(error).__name__}: {error}"
@@ -93,6 +93,4 @@ class ImageFolderDataset:
         self.skipped += 1
         if path not in self._reported:
             self._reported.add(path)
-            message = f"skipping unreadable image {path} ({type(error).__name__}: {error})"
-            warnings.warn(message, CorruptImageWarning, stacklevel=3)
-            log.warning(message)
+            warn_unreadable(path, error, log)
