@@ -55,6 +55,28 @@ def dino_step_moves_weights(accelerator: str, precision: str = "bf16-mixed") -> 
         assert "blocks.0.attn.qkv.weight" in moved and len(moved) > len(before) // 2, f"{name} moved: {moved}"
 
 
+def supervised_step_moves_weights(accelerator: str, precision: str = "bf16-mixed") -> None:
+    """One supervised step with mixup/cutmix under ``precision``: finite loss, backbone and head moved."""
+    from skipless.supervised.classifier import Supervised
+
+    torch.manual_seed(0)
+    cfg = load_config("train", ["model.arch=vit_tiny", "model.depth=2", "aug.image_size=32", "aug.mixup=0.8",
+                                "aug.cutmix=1.0", "optim.warmup_epochs=0", "train.batch_size_per_device=4"])
+    module = Supervised(cfg, num_classes=10)
+    before = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    images = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.TensorDataset(images, torch.tensor([0, 3, 3, 9]))
+    trainer = pl.Trainer(accelerator=accelerator, devices=1, precision=precision, max_steps=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, DataLoader(data, batch_size=4))
+    loss = trainer.callback_metrics["train/loss"]
+    assert torch.isfinite(loss), f"loss {loss} after one {precision} supervised step on {accelerator}"
+    after = {k: v.detach().cpu() for k, v in module.state_dict().items()}
+    assert all(torch.isfinite(v).all() for v in after.values()), "non-finite weights"
+    for key in ("backbone.blocks.0.attn.qkv.weight", "head.weight"):
+        assert not torch.equal(before[key].cpu(), after[key]), f"{key} did not move"
+
+
 def fused_attention_equals_explicit(device: str, dtype: torch.dtype) -> None:
     """SDPA and the explicit softmax path on ``device`` under ``dtype`` autocast (float32: none), same weights.
 

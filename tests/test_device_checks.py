@@ -1,4 +1,4 @@
-"""bf16 DINO training, fused attention and TokenCut's torch eigensolver, on every device present.
+"""bf16 DINO and supervised training, fused attention and TokenCut's torch eigensolver, on every device present.
 
 Each check runs on the CPU (so its body is known to work, and ``test_ncut_check_fails_on_a_wrong_solver``
 shows it can fail) and on CUDA, where the ``cuda`` cases carry the ``gpu`` marker and skip themselves
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import device_checks
-from device_checks import dino_step_moves_weights, fused_attention_equals_explicit, ncut_matches_lapack
+from device_checks import (dino_step_moves_weights, fused_attention_equals_explicit, ncut_matches_lapack,
+                           supervised_step_moves_weights)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device")])]
@@ -17,6 +18,11 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipi
 @pytest.mark.parametrize("device", DEVICES)
 def test_bf16_mixed_dino_step_is_finite_and_moves_the_weights(device):
     dino_step_moves_weights(device, "bf16-mixed")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bf16_mixed_supervised_step_with_mixup_is_finite_and_moves_the_weights(device):
+    supervised_step_moves_weights(device, "bf16-mixed")
 
 
 @pytest.mark.parametrize("device", DEVICES)
