@@ -169,3 +169,14 @@ def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_
         train(cfg)
     summary = json.loads((run_dir_of(cfg) / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["skipped_images"] >= 1 and summary["steps"] == 2
+
+
+def test_training_and_the_evaluators_look_for_a_dataset_in_the_same_place(monkeypatch):
+    """make train DATA=x and make knn DATASET=x read the same folder when no root is given."""
+    from eval.global_eval import data_root
+    from skipless.data.classification import READERS
+
+    monkeypatch.delenv("DATA_ROOT", raising=False)
+    for name in READERS:
+        train_root = load_config("train", [f"dataset={name}"]).data.root
+        assert train_root == data_root(load_config("knn", [f"dataset={name}"])), name
