@@ -98,8 +98,8 @@ knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATASE
 linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features (DINO): DATASET= CKPT= ARGS=
 	$(PY) -m eval.linear $(call opt,dataset,$(DATASET)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
 
-bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json
-	$(PY) -m bench $(ARGS)
+bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
+	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)
 
 tensorboard: $(STAMP) ## browse training and evaluation runs
 	$(PY) -m tensorboard.main --logdir runs --bind_all

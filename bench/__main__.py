@@ -10,6 +10,10 @@ Sections (each can be chosen with ``--only``):
   conditioning`` on one ViT-S backbone (``conditioning.py``).
 - ``tokencut``: TokenCut's eigensolve per image against the dense generalized float64 scipy solve,
   and the share of identical boxes (``tokencut_solvers.py``).
+- ``official``: the official DINO step (facebookresearch/dino, imported from ``DINO_REPO`` or
+  ``--dino-repo``) against ours, alternating, as a ratio; one line saying why when no checkout is
+  given (``side_by_side.py``).
+- ``profile``: where the time of our DINO step goes, by torch.profiler (``profile_step.py``).
 
 The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
 ``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
@@ -27,11 +31,13 @@ import torch
 from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
 from .probe_sweep import bench_probe
+from .profile_step import section_profile
+from .side_by_side import section_official
 from .table import markdown_table
 from .tokencut_solvers import bench_section
 from .train_step import section_train
 
-SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning")
+SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile")
 
 
 def main() -> None:
@@ -39,6 +45,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run of the bench)")
     parser.add_argument("--out", default="bench/results.json")
+    parser.add_argument("--dino-repo", default=None,
+                        help="a facebookresearch/dino checkout for the official section (default: $DINO_REPO)")
     args = parser.parse_args()
     results: dict = {"device": device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
     if "init" in args.only:
@@ -74,6 +82,14 @@ def main() -> None:
         print(text)
     if "conditioning" in args.only:
         results["conditioning"], text = section_conditioning(args.quick)
+        print(text)
+    if "official" in args.only:
+        rows, text = section_official(args.dino_repo, args.quick)
+        if rows is not None:
+            results["official"] = rows
+        print(text)
+    if "profile" in args.only:
+        results["profile"], text = section_profile(args.quick)
         print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -49,3 +49,178 @@ def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
                                                                      / by[("skip", "adamw")]["step_s"])
     assert by[("skip", "adamw")]["skipless_over_skip"] == pytest.approx(by[("skipless", "adamw")]["step_s"]
                                                                         / by[("skip", "adamw")]["step_s"])
+
+
+# ---- the official DINO step side by side, against a fake checkout written here -----------------------------
+# CI has no facebookresearch/dino checkout: these small modules expose the names the bench calls, and log
+# each call to a file, so the tests check the glue (which functions it calls, how often, what it reports).
+FAKE_VISION_TRANSFORMER = '''
+import torch
+from torch import nn
+import utils
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, patch_size=16, embed_dim=8, depth=1, num_heads=1, drop_path_rate=0.0, **kwargs):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.proj = nn.Linear(3, embed_dim)
+
+    def forward(self, x):
+        utils.log("backbone")
+        return self.proj(x.mean(dim=(2, 3)))
+
+
+def vit_small(**kwargs):
+    return VisionTransformer(**kwargs)
+
+
+class DINOHead(nn.Module):
+    def __init__(self, in_dim, out_dim, use_bn=False, norm_last_layer=True, nlayers=3, hidden_dim=16,
+                 bottleneck_dim=8):
+        super().__init__()
+        self.mlp = nn.Linear(in_dim, bottleneck_dim)
+        self.last_layer = nn.Linear(bottleneck_dim, out_dim, bias=False)
+
+    def forward(self, x):
+        return self.last_layer(self.mlp(x))
+'''
+FAKE_UTILS = '''
+import numpy as np
+import torch
+from torch import nn
+
+LOG = {log!r}
+
+
+def log(what):
+    with open(LOG, "a") as f:
+        f.write(what + "\\n")
+
+
+class MultiCropWrapper(nn.Module):
+    def __init__(self, backbone, head):
+        super().__init__()
+        self.backbone, self.head = backbone, head
+
+    def forward(self, x):
+        return self.head(torch.cat([self.backbone(c) for c in x]))
+
+
+def get_params_groups(model):
+    log("get_params_groups")
+    ps = [p for p in model.parameters() if p.requires_grad]
+    return [{{"params": [p for p in ps if p.ndim > 1]}}, {{"params": [p for p in ps if p.ndim == 1], "weight_decay": 0.0}}]
+
+
+def cosine_scheduler(base_value, final_value, epochs, niter_per_ep, warmup_epochs=0, start_warmup_value=0):
+    return np.full(epochs * niter_per_ep, float(base_value))
+
+
+def clip_gradients(model, clip):
+    log("clip_gradients")
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+def cancel_gradients_last_layer(epoch, model, freeze_last_layer):
+    log("cancel_gradients_last_layer")
+
+
+class MetricLogger:
+    def __init__(self, delimiter="\\t"):
+        pass
+
+    def update(self, **kwargs):
+        log("metric " + ",".join(kwargs))
+'''
+FAKE_MAIN_DINO = '''
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import utils
+from vision_transformer import DINOHead
+
+
+class DINOLoss(nn.Module):
+    def __init__(self, out_dim, ncrops, warmup_teacher_temp, teacher_temp, warmup_teacher_temp_epochs, nepochs):
+        super().__init__()
+        self.ncrops = ncrops
+
+    def forward(self, student_output, teacher_output, epoch):
+        utils.log("loss")
+        assert student_output.shape[0] == self.ncrops * teacher_output.shape[0] // 2
+        dist.all_reduce(teacher_output.sum(0))  # as DINO's update_center: needs a process group
+        return (student_output.mean() - teacher_output.mean().detach()) ** 2 + student_output.pow(2).mean()
+'''
+TINY = dict(batch=2, global_size=32, local_size=16, n_local=2, out_dim=64, depth=1)
+
+
+def fake_dino(root, log):
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "vision_transformer.py").write_text(FAKE_VISION_TRANSFORMER)
+    (root / "utils.py").write_text(FAKE_UTILS.format(log=str(log)))
+    (root / "main_dino.py").write_text(FAKE_MAIN_DINO)
+    return root
+
+
+def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_path, monkeypatch):
+    import sys
+
+    from bench.side_by_side import COLUMNS, section_official, sizes
+    from skipless.ssl.dino_module import DINO
+
+    log = tmp_path / "calls.log"
+    repo = fake_dino(tmp_path / "dino", log)
+    ours_calls = []
+    step = DINO.training_step
+    monkeypatch.setattr(DINO, "training_step", lambda self, *a: ours_calls.append(1) or step(self, *a))
+    utils_before = sys.modules.get("utils")
+    rows, text = section_official(str(repo), configs=[("skip", "adamw")], size=sizes(**TINY), steps=2, warmup=1)
+
+    calls = log.read_text().splitlines()
+    assert calls.count("loss") == 3 and calls.count("clip_gradients") == 3  # warm-up + 2 official steps
+    assert calls.count("cancel_gradients_last_layer") == 3 and calls.count("get_params_groups") == 1
+    assert calls.count("backbone") == 3 * (2 + 4)  # per crop (the fake): teacher on 2 globals, student on all 4
+    assert calls.count("metric loss") == 3
+    assert len(ours_calls) == 3
+    (row,) = rows
+    assert set(COLUMNS) <= set(row)
+    assert row["model"] == "skip" and row["optim"] == "adamw" and row["batch"] == 2 and row["crops"] == "2x32 + 2x16"
+    assert row["official_steps"] == 2 and row["ours_steps"] == 2
+    assert row["official_step_s"] > 0 and row["ours_step_s"] > 0
+    assert row["official_over_ours"] == pytest.approx(row["official_step_s"] / row["ours_step_s"])
+    assert row["ours_images_per_s"] == pytest.approx(2 / row["ours_step_s"])
+    assert "official_over_ours" in text.splitlines()[-3]
+    assert sys.modules.get("utils") is utils_before and "main_dino" not in sys.modules  # DINO's names let go
+    import torch.distributed as dist
+    assert not dist.is_initialized()  # the section's world-size-1 group is closed again
+
+
+def test_official_side_by_side_is_one_line_without_a_complete_checkout(tmp_path, monkeypatch):
+    from bench.side_by_side import section_official
+
+    monkeypatch.delenv("DINO_REPO", raising=False)
+    rows, text = section_official()
+    assert rows is None and len(text.splitlines()) == 1 and "skipped" in text and "DINO_REPO" in text
+    (tmp_path / "utils.py").write_text("")
+    monkeypatch.setenv("DINO_REPO", str(tmp_path))
+    rows, text = section_official()
+    assert rows is None and len(text.splitlines()) == 1
+    assert "lacks vision_transformer.py, main_dino.py" in text
+
+
+def test_profile_of_our_step_accounts_for_the_whole_step():
+    from bench.profile_step import CATEGORIES, section_profile
+    from bench.side_by_side import sizes
+
+    r, text = section_profile(size=sizes(**TINY), steps=2, warmup=1)
+    assert list(r["share"]) == list(CATEGORIES) and r["step_s"] > 0
+    assert all(share >= 0 for share in r["share"].values())
+    assert sum(r["share"].values()) == pytest.approx(1.0)
+    assert sum(r["seconds"].values()) == pytest.approx(r["step_s"])
+    for part in ("teacher backbone forward", "student backbone forward", "student head forward", "backward",
+                 "optimizer step", "EMA update", "gradient clipping"):
+        assert r["seconds"][part] > 0, part
+    assert r["seconds"]["teacher backbone forward"] < r["seconds"]["student backbone forward"] + r["seconds"]["backward"]
+    assert all(f"| {part} |" in text for part in CATEGORIES)

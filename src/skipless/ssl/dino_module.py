@@ -9,6 +9,10 @@ step, center update, EMA of the teacher.
 Recipe values live in ``configs/pretrain.yaml``. The schedules are defined on the
 **global** batch: lr = base_lr * batch_per_device * world_size / 256, so any world size trains the
 same recipe; the center is all-reduced (``DINOLoss.update_center``).
+
+The parts of the step run inside ``torch.profiler.record_function`` ranges named in ``RANGES``, so
+that ``bench/profile_step.py`` can say where a step's time goes; without a profiler running they
+cost a few microseconds per step.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
+from torch.profiler import record_function
 
 from ..optim import build_optimizer
 from ..optim.param_groups import clip_gradients_per_parameter, param_groups
@@ -28,6 +33,12 @@ from ..training.divergence import stop_if_diverged
 from .head import DINOHead
 from .loss import DINOLoss
 from .multicrop import denormalize
+
+# The profiler ranges of a step, by part (bench/profile_step.py reads them; backbone and head nest in
+# teacher and student).
+RANGES = {"teacher": "dino.teacher", "student": "dino.student", "backbone": "dino.backbone", "head": "dino.head",
+          "loss": "dino.loss", "backward": "dino.backward", "clip": "dino.clip_grad", "optimizer": "dino.optimizer",
+          "center": "dino.center", "ema": "dino.ema", "log": "dino.log"}
 
 
 class MultiCropNet(nn.Module):
@@ -40,13 +51,15 @@ class MultiCropNet(nn.Module):
 
     def forward(self, crops: list[torch.Tensor]) -> torch.Tensor:
         feats, start = [], 0
-        while start < len(crops):
-            end = start
-            while end < len(crops) and crops[end].shape[-2:] == crops[start].shape[-2:]:
-                end += 1
-            feats.append(self.backbone(torch.cat(crops[start:end])))
-            start = end
-        return self.head(torch.cat(feats))
+        with record_function(RANGES["backbone"]):
+            while start < len(crops):
+                end = start
+                while end < len(crops) and crops[end].shape[-2:] == crops[start].shape[-2:]:
+                    end += 1
+                feats.append(self.backbone(torch.cat(crops[start:end])))
+                start = end
+        with record_function(RANGES["head"]):
+            return self.head(torch.cat(feats))
 
 
 class DINO(pl.LightningModule):
@@ -129,28 +142,35 @@ class DINO(pl.LightningModule):
 
         if step == 0 and self.global_rank == 0:
             self._log_crops(crops)
-        with torch.no_grad():
+        with torch.no_grad(), record_function(RANGES["teacher"]):
             teacher_out = self.teacher(crops[:2])
-        student_out = self.student(crops)
-        loss, entropy = self.loss_fn(student_out, teacher_out, temp)
+        with record_function(RANGES["student"]):
+            student_out = self.student(crops)
+        with record_function(RANGES["loss"]):
+            loss, entropy = self.loss_fn(student_out, teacher_out, temp)
         stop_if_diverged(self, loss, step)
 
-        opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        if self.cfg.optim.clip_grad:
-            clip_gradients_per_parameter(self.student.parameters(), self.cfg.optim.clip_grad)
-        if epoch < self.cfg.dino.freeze_last_layer_epochs:
-            for p in self.student.head.last_layer.parameters():
-                p.grad = None
-        opt.step()
-        self.loss_fn.update_center(teacher_out)
-        self._ema_update(momentum)
-
-        self.log_dict({"train/loss": loss.detach(), "train/kl_teacher_student": (loss - entropy).detach(),
-                       "train/teacher_entropy": entropy, "schedule/lr": lr, "schedule/weight_decay": wd,
-                       "schedule/momentum": momentum, "schedule/teacher_temp": temp},
-                      on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
-        self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True)
+        with record_function(RANGES["backward"]):
+            opt.zero_grad(set_to_none=True)
+            self.manual_backward(loss)
+        with record_function(RANGES["clip"]):
+            if self.cfg.optim.clip_grad:
+                clip_gradients_per_parameter(self.student.parameters(), self.cfg.optim.clip_grad)
+            if epoch < self.cfg.dino.freeze_last_layer_epochs:
+                for p in self.student.head.last_layer.parameters():
+                    p.grad = None
+        with record_function(RANGES["optimizer"]):
+            opt.step()
+        with record_function(RANGES["center"]):
+            self.loss_fn.update_center(teacher_out)
+        with record_function(RANGES["ema"]):
+            self._ema_update(momentum)
+        with record_function(RANGES["log"]):
+            self.log_dict({"train/loss": loss.detach(), "train/kl_teacher_student": (loss - entropy).detach(),
+                           "train/teacher_entropy": entropy, "schedule/lr": lr, "schedule/weight_decay": wd,
+                           "schedule/momentum": momentum, "schedule/teacher_temp": temp},
+                          on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
+            self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True)
         return loss.detach()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
