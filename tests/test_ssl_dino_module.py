@@ -11,6 +11,7 @@ from skipless.config import load_config
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino_module import DINO, MultiCropNet, clip_gradients_per_parameter, param_groups
 from skipless.ssl.multicrop import collate_multicrop
+from skipless.models import create_vit
 
 TINY = ["model.arch=vit_tiny", "model.depth=2", "dino.out_dim=32", "dino.hidden_dim=32",
         "dino.bottleneck_dim=16", "dino.global_crop_size=32", "dino.local_crop_size=16",
@@ -179,3 +180,18 @@ def test_cls_token_is_drawn_as_dino_draws_it_for_pretraining():
     module = DINO(load_config("pretrain", TINY), partial(backbone_factory, load_config("pretrain", TINY)))
     s, t = module.student.backbone.cls_token, module.teacher.backbone.cls_token
     assert torch.equal(s, t) and s.std() > 0.01
+
+
+def test_foreach_clipping_equals_one_parameter_at_a_time():
+    """The foreach clipping against DINO's loop (each gradient times min(1, max / (norm + 1e-6))), over the
+    gradients of a real backbone of mixed sizes, some under the limit and some over."""
+    torch.manual_seed(0)
+    net = create_vit("vit_tiny", depth=2)
+    params = [p for p in net.parameters()]
+    for i, p in enumerate(params):
+        p.grad = torch.randn_like(p) * (0.01 if i % 3 else 10.0)
+    expected = [p.grad * torch.clamp(2.0 / (p.grad.norm(2) + 1e-6), max=1.0) for p in params]
+    clip_gradients_per_parameter(params, 2.0)
+    for p, e in zip(params, expected):
+        torch.testing.assert_close(p.grad, e, rtol=1e-6, atol=0)
+    assert any(p.grad.norm() < 1.9 for p in params) and any(abs(p.grad.norm() - 2.0) < 1e-3 for p in params)

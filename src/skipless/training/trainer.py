@@ -20,12 +20,25 @@ from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, RNGStat
 from .checkpoint_io import AtomicCheckpointIO
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN runs bf16 natively on this CPU (AVX512-BF16 or AMX visible to it).
+
+    Without it bf16 autocast is emulated: measured on this project's 2-core CPU (an AMD EPYC VM whose
+    /proc/cpuinfo shows AVX2 only), a ViT-S/16 forward + backward of 8 images at 224 px took 7.3-8.2 s
+    in fp32 and 85-95 s under bf16 autocast, 11x slower."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def precision_of(cfg: DictConfig) -> str:
-    """``train.precision``, or on ``auto`` bf16-mixed on a GPU and 32-true elsewhere."""
+    """``train.precision``, or on ``auto``: bf16-mixed on a GPU, and on a CPU with native bf16
+    (``cpu_has_native_bf16``); 32-true elsewhere."""
     if cfg.train.precision != "auto":
         return str(cfg.train.precision)
     gpu = cfg.train.accelerator in ("gpu", "cuda") or (cfg.train.accelerator == "auto" and torch.cuda.is_available())
-    return "bf16-mixed" if gpu else "32-true"
+    return "bf16-mixed" if gpu or cpu_has_native_bf16() else "32-true"
 
 
 def strategy_of(cfg: DictConfig) -> str:
