@@ -29,6 +29,7 @@ from ..optim import build_optimizer
 from ..optim.param_groups import clip_gradients_per_parameter, param_groups
 from ..optim.schedules import cosine_schedule, linear_then_constant
 from ..summary import peak_lr
+from ..training.compile import compile_in_place
 from ..training.divergence import stop_if_diverged
 from .head import DINOHead
 from .loss import DINOLoss
@@ -88,6 +89,7 @@ class DINO(pl.LightningModule):
         self.teacher = MultiCropNet(teacher, head())
         self.teacher.load_state_dict(self.student.state_dict())
         self.teacher.requires_grad_(False)
+        compile_in_place((self.student.backbone, self.teacher.backbone), bool(cfg.train.compile))
         self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
                                 center_momentum=d.center_momentum)
         self.schedules: dict[str, np.ndarray] = {}  # per-step values, built in configure_optimizers

@@ -26,6 +26,7 @@ from ..optim import build_optimizer
 from ..optim.param_groups import param_groups
 from ..optim.schedules import cosine_schedule
 from ..summary import peak_lr
+from ..training.compile import compile_in_place
 from ..training.divergence import stop_if_diverged
 from .augment import batch_mixer
 
@@ -49,6 +50,7 @@ class Supervised(pl.LightningModule):
         self.cfg, self.num_classes = cfg, int(num_classes)
         self.automatic_optimization = False
         self.backbone = classifier_backbone(cfg.model)
+        compile_in_place((self.backbone,), bool(cfg.train.compile))
         self.head = nn.Linear(self.backbone.embed_dim, self.num_classes)
         nn.init.trunc_normal_(self.head.weight, std=0.02)  # timm's init of a ViT's classifier
         nn.init.zeros_(self.head.bias)

@@ -17,7 +17,7 @@ from ..training.schema import BOOL, COUNT, NAME, POSITIVE_INT, UNIT, check_again
 
 _SHARED_SECTIONS = ("run.", "model.", "optim.", "data.root", "data.n_train", "data.n_val", "data.seed")
 _SHARED_TRAIN = ("epochs", "batch_size_per_device", "num_workers", "accelerator", "devices", "num_nodes", "strategy",
-                 "precision", "log_every_n_steps", "keep_checkpoints", "export_epochs", "max_steps",
+                 "precision", "log_every_n_steps", "compile", "keep_checkpoints", "export_epochs", "max_steps",
                  "limit_train_batches")
 
 RULES: dict[str, Rule] = {k: r for k, r in pretrain_schema.RULES.items()

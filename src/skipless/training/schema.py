@@ -109,6 +109,7 @@ RULES: dict[str, Rule] = {
     "train.strategy": NAME,
     "train.precision": one_of(*PRECISIONS),
     "train.log_every_n_steps": POSITIVE_INT,
+    "train.compile": BOOL,
     "train.knn_every_n_epochs": COUNT,
     "train.knn_k": POSITIVE_INT,
     "train.keep_checkpoints": BOOL,

@@ -1,0 +1,68 @@
+"""train.compile: the compiled backbones train the same numbers as the eager ones (to float tolerance),
+keep their parameter names, and a compilation failure falls back to eager instead of stopping the run."""
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from skipless.config import load_config
+from skipless.pretrain import pretrain
+from skipless.train import train
+
+DINO_TINY = ["model.arch=vit_tiny", "model.depth=1", "dino.out_dim=32", "dino.hidden_dim=32",
+             "dino.bottleneck_dim=16", "dino.global_crop_size=32", "dino.local_crop_size=16",
+             "dino.local_crops_number=2", "data.n_train=8", "data.n_val=4", "train.batch_size_per_device=4",
+             "train.num_workers=0", "train.knn_every_n_epochs=0", "train.epochs=1", "optim.warmup_epochs=0",
+             "diagnostics.every_n_epochs=0", "diagnostics.signals_every_n_steps=0"]
+SUP_TINY = ["model.arch=vit_tiny", "model.depth=1", "aug.image_size=32", "data.n_train=8", "data.n_val=4",
+            "train.batch_size_per_device=4", "train.num_workers=0", "train.epochs=1", "optim.warmup_epochs=0"]
+
+
+class Losses(pl.Callback):
+    def __init__(self):
+        self.values = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.values.append(float(outputs["loss"] if isinstance(outputs, dict) else outputs))
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.mark.parametrize("entry,run,tiny", [("pretrain", pretrain, DINO_TINY), ("train", train, SUP_TINY)])
+def test_compiled_backbones_train_the_eager_numbers(tmp_path, data_root, entry, run, tiny):
+    losses = {}
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        rec = Losses()
+        cfg = load_config(entry, [*tiny, f"data.root={data_root}", f"run.root={tmp_path}", f"run.name=c{compiled}",
+                                  f"train.compile={str(compiled).lower()}"])
+        _, module = run(cfg, extra_callbacks=[rec])
+        losses[compiled] = rec.values
+        names = [n for n, _ in module.named_parameters()]
+        assert not any("_orig_mod" in n for n in names)  # compiled in place: the eager names
+    assert len(losses[True]) == 2
+    torch.testing.assert_close(torch.tensor(losses[True]), torch.tensor(losses[False]), rtol=1e-4, atol=1e-5)
+
+
+def test_a_compilation_failure_falls_back_to_eager(monkeypatch):
+    """A backend that cannot compile: the module still runs, eagerly, and gives the eager output."""
+    import torch._dynamo
+
+    from skipless.models import create_vit
+    from skipless.training.compile import compile_in_place
+
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("no compiler here")
+
+    torch._dynamo.reset()
+    model = create_vit("vit_tiny", depth=1).eval()
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        eager = model(x)
+    compile_in_place([model], True)
+    model._compiled_call_impl = torch.compile(model._call_impl, backend=broken_backend)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), eager)
+    torch._dynamo.reset()
