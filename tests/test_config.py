@@ -89,7 +89,8 @@ DEMO = {
     "optim.eps": 1e-8,
     "train.epochs": 4, "train.batch_size_per_device": 32, "train.num_workers": 2, "train.accelerator": "auto",
     "train.devices": 1, "train.num_nodes": 1, "train.strategy": "auto", "train.precision": "auto",
-    "train.log_every_n_steps": 10, "train.knn_every_n_epochs": 2, "train.knn_k": 20,
+    "train.log_every_n_steps": 10, "train.compile": False,  # issue 15: off by default
+    "train.knn_every_n_epochs": 2, "train.knn_k": 20,
     "train.keep_checkpoints": False, "train.export_epochs": [], "train.max_steps": -1,
     "train.limit_train_batches": 1.0,
     # added with the conditioning diagnostics (issue 13): the demo measures at epochs 0, 2, 4
