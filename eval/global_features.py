@@ -11,6 +11,11 @@ Per image, DINO's two global features (Caron et al. 2021; facebookresearch/dino 
   norm: the k-NN feature of ``eval_knn.py``.
 - ``avgpool``: the mean of the last block's patch tokens after the final norm
   (``eval_linear.py --avgpool_patchtokens``, which averages ``get_intermediate_layers(x, n)[-1][:, 1:]``).
+- ``pooled``: the backbone's own global feature, ``model(x)`` (its ``global_pool``): the k-NN feature.
+  For a CLS-pooled backbone (DINO's, every released one) it is the last ``cls`` entry, DINO's k-NN
+  feature exactly; for a mean-token backbone (``model.global_pool=avg``, the CPU demo's DINO) it is
+  the feature DINO trained, the final norm of the mean patch token, where the CLS token was never
+  trained.
 
 Images go through DINO's evaluation transform (``eval_transform``): shorter side resized (bicubic)
 to ``resize``, the centre ``crop`` x ``crop`` square, ImageNet normalisation. There is no
@@ -44,11 +49,12 @@ from skipless.atomic import atomic_write
 from skipless.data.classification import READ_ERRORS
 from skipless.data.errors import MalformedDatasetError
 from skipless.models import extract_features, resolve_layers
+from skipless.models.features import final_layer_norm
 
 from .images import normalized
 
-FORMAT = "skipless-global-features/1"
-ARRAYS = ("cls", "avgpool", "labels", "valid")
+FORMAT = "skipless-global-features/2"
+ARRAYS = ("cls", "avgpool", "pooled", "labels", "valid")
 
 
 def eval_transform(resize: int, crop: int) -> Callable[[Image.Image], torch.Tensor]:
@@ -65,13 +71,17 @@ def last_blocks(depth: int, n_last: int) -> list[int]:
     return resolve_layers(list(range(-int(n_last), 0)), depth)
 
 
-def global_tokens(model: nn.Module, x: torch.Tensor, n_last: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cls (B, n_last, D), avgpool (B, D))`` of images ``x`` from one forward pass (module docstring)."""
+def global_tokens(model: nn.Module, x: torch.Tensor, n_last: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(cls (B, n_last, D), avgpool (B, D), pooled (B, D))`` of images ``x`` from one forward pass
+    (module docstring)."""
     blocks = last_blocks(len(model.blocks), n_last)
-    feats = extract_features(model, x, blocks, ("out",), norm=True)
+    raw = extract_features(model, x, blocks, ("out",), norm=False)
+    final_norm = final_layer_norm(model)
+    normed = {i: final_norm(raw[("out", i)]) for i in blocks}
     prefix = int(getattr(model, "num_prefix_tokens", 1))
-    cls = torch.stack([feats[("out", i)][:, 0] for i in blocks], dim=1)
-    return cls, feats[("out", blocks[-1])][:, prefix:].mean(dim=1)
+    cls = torch.stack([normed[i][:, 0] for i in blocks], dim=1)
+    pooled = model.forward_head(model.norm(raw[("out", blocks[-1])]), pre_logits=True)
+    return cls, normed[blocks[-1]][:, prefix:].mean(dim=1), pooled
 
 
 def describe(dataset: Any, index: int) -> str:
@@ -106,6 +116,7 @@ class GlobalFeatures:
     Attributes:
         cls: (N, n_last_blocks, D) float32, normed CLS tokens of the last blocks, deepest last.
         avgpool: (N, D) float32, mean normed patch token of the last block.
+        pooled: (N, D) float32, the backbone's own global feature (k-NN's).
         labels: (N,) int64 (-1 for unreadable images).
         valid: (N,) bool, False for images that could not be read (left out everywhere).
         skipped: what was unreadable, one ``"<file> (<error>)"`` each.
@@ -115,6 +126,7 @@ class GlobalFeatures:
 
     cls: np.ndarray
     avgpool: np.ndarray
+    pooled: np.ndarray
     labels: np.ndarray
     valid: np.ndarray
     skipped: list[str] = field(default_factory=list)
@@ -131,8 +143,8 @@ class GlobalFeatures:
         return int(self.valid.sum())
 
     def knn(self) -> torch.Tensor:
-        """k-NN's feature of the readable images: the last block's normed CLS token, (n_valid, D)."""
-        return torch.from_numpy(np.ascontiguousarray(self.cls[self.valid, -1]))
+        """k-NN's feature of the readable images: the backbone's own global feature, (n_valid, D)."""
+        return torch.from_numpy(np.ascontiguousarray(self.pooled[self.valid]))
 
     def cls_concat(self) -> torch.Tensor:
         """The normed CLS tokens of the last blocks concatenated, (n_valid, n_last * D) (``eval_linear.py``)."""
@@ -191,6 +203,7 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
     n, dim = len(dataset), int(model.embed_dim)
     cls = np.zeros((n, int(n_last), dim), dtype=np.float32)
     avgpool = np.zeros((n, dim), dtype=np.float32)
+    pooled = np.zeros((n, dim), dtype=np.float32)
     labels = np.full(n, -1, dtype=np.int64)
     valid = np.zeros(n, dtype=bool)
     skipped: list[str] = []
@@ -203,9 +216,9 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
             end = start + x.shape[0]
             if ok.any():
                 with autocast:
-                    c, a = global_tokens(model, x[ok].to(device, non_blocking=True), n_last)
+                    c, a, p = global_tokens(model, x[ok].to(device, non_blocking=True), n_last)
                 rows = np.arange(start, end)[ok.numpy()]
-                cls[rows], avgpool[rows] = c.float().cpu().numpy(), a.float().cpu().numpy()
+                cls[rows], avgpool[rows], pooled[rows] = (t.float().cpu().numpy() for t in (c, a, p))
             labels[start:end], valid[start:end] = y.numpy(), ok.numpy()
             skipped += [w for w in why if w]
             start = end
@@ -220,7 +233,7 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        for array_name, array in zip(ARRAYS, (cls, avgpool, labels, valid)):
+        for array_name, array in zip(ARRAYS, (cls, avgpool, pooled, labels, valid)):
             np.save(folder / f"{array_name}.npy", array)
         atomic_write(folder / "meta.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)))
-    return GlobalFeatures(cls, avgpool, labels, valid, skipped, folder, extract_s, False, meta)
+    return GlobalFeatures(cls, avgpool, pooled, labels, valid, skipped, folder, extract_s, False, meta)

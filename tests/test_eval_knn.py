@@ -57,7 +57,7 @@ def test_global_tokens_are_the_normed_cls_of_the_last_blocks_and_the_mean_normed
     model = create_vit("vit_tiny", residual="skipless", depth=3, img_size=32).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        cls, avg = global_tokens(model, x, 2)
+        cls, avg, pooled = global_tokens(model, x, 2)
         h = model.norm_pre(model.patch_drop(model._pos_embed(model.patch_embed(x))))
         outs = []
         for blk in model.blocks:
@@ -67,6 +67,21 @@ def test_global_tokens_are_the_normed_cls_of_the_last_blocks_and_the_mean_normed
     assert torch.allclose(avg, outs[2][:, 1:].mean(1), atol=1e-5)
     with torch.no_grad():  # the deepest is what the backbone's own forward gives as its CLS feature
         assert torch.allclose(cls[:, 1], model.forward_features(x)[:, 0], atol=1e-5)
+        assert torch.allclose(pooled, model(x), atol=1e-5) and torch.allclose(pooled, cls[:, 1], atol=1e-5)
+
+
+def test_the_knn_feature_of_a_mean_token_backbone_is_its_own_pooled_feature():
+    """A backbone trained on its mean patch token (global_pool=avg, the CPU demo's DINO) is scored on
+    that feature, the final norm of the mean token (timm's fc_norm), not on its untrained CLS token."""
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", residual="skip", depth=2, img_size=32, global_pool="avg").eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        cls, avg, pooled = global_tokens(model, x, 1)
+        torch.testing.assert_close(pooled, model(x), atol=1e-5, rtol=0)
+        tokens = model.blocks(model.norm_pre(model._pos_embed(model.patch_embed(x))))
+        torch.testing.assert_close(pooled, model.fc_norm(tokens[:, 1:].mean(1)), atol=1e-5, rtol=0)
+    assert not torch.allclose(pooled, cls[:, -1], atol=1e-2)
 
 
 class Counting(torch.nn.Module):
