@@ -15,7 +15,8 @@ Per image, DINO's two global features (Caron et al. 2021; facebookresearch/dino 
   For a CLS-pooled backbone (DINO's, every released one) it is the last ``cls`` entry, DINO's k-NN
   feature exactly; for a mean-token backbone (``model.global_pool=avg``, the CPU demo's DINO) it is
   the feature DINO trained, the final norm of the mean patch token, where the CLS token was never
-  trained.
+  trained (measured on that demo's teacher, 96 px, k = 20: 24.1 with the last CLS token, 34.8 with
+  this feature, against 26.6 for its random init).
 
 Images go through DINO's evaluation transform (``eval_transform``): shorter side resized (bicubic)
 to ``resize``, the centre ``crop`` x ``crop`` square, ImageNet normalisation. There is no
