@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 from ..config_rules import Rule, integer, is_real, number, one_of, optional, text
 from ..data.classification import READERS
 from ..training import schema as pretrain_schema
-from ..training.schema import BOOL, COUNT, NAME, POSITIVE_INT, UNIT, check_against
+from ..training.schema import POSITIVE_INT, UNIT, check_against
 
 _SHARED_SECTIONS = ("run.", "model.", "optim.", "data.root", "data.n_train", "data.n_val", "data.seed")
 _SHARED_TRAIN = ("epochs", "batch_size_per_device", "num_workers", "accelerator", "devices", "num_nodes", "strategy",
