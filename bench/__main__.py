@@ -14,6 +14,8 @@ Sections (each can be chosen with ``--only``):
   ``--dino-repo``) against ours, alternating, as a ratio; one line saying why when no checkout is
   given (``side_by_side.py``).
 - ``profile``: where the time of our DINO step goes, by torch.profiler (``profile_step.py``).
+- ``optim``: one optimizer step alone, for each ``optim.implementation`` of AdamW and SOAP
+  (``optimizer_step.py``).
 
 The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
 ``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
@@ -30,6 +32,7 @@ import torch
 
 from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
+from .optimizer_step import section_optim
 from .probe_sweep import bench_probe
 from .profile_step import section_profile
 from .side_by_side import section_official
@@ -37,7 +40,7 @@ from .table import markdown_table
 from .tokencut_solvers import bench_section
 from .train_step import section_train
 
-SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile")
+SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim")
 
 
 def main() -> None:
@@ -90,6 +93,9 @@ def main() -> None:
         print(text)
     if "profile" in args.only:
         results["profile"], text = section_profile(args.quick)
+        print(text)
+    if "optim" in args.only:
+        results["optim"], text = section_optim(args.quick)
         print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -83,14 +83,14 @@ class ReferenceSOAP:
         return self.p
 
 
-def run_both(shape, grads, *, max_precond_dim=10000, precondition_1d=False, refresh="qr", **kw):
+def run_both(shape, grads, *, max_precond_dim=10000, precondition_1d=False, refresh="qr", foreach=True, **kw):
     """Parameters of SOAP and of the reference after each gradient in ``grads`` (float64)."""
     torch.manual_seed(0)
     p = torch.nn.Parameter(torch.randn(shape, dtype=torch.float64))
     rotated = [(len(shape) > 1 or precondition_1d) and d <= max_precond_dim for d in shape]
     ref = ReferenceSOAP(p.detach(), kw["lr"], kw["betas"], kw["eps"], kw["weight_decay"],
                         kw["precondition_frequency"], rotated, refresh, kw.get("normalize_grads", False))
-    opt = SOAP([p], max_precond_dim=max_precond_dim, precondition_1d=precondition_1d, **kw)
+    opt = SOAP([p], max_precond_dim=max_precond_dim, precondition_1d=precondition_1d, foreach=foreach, **kw)
     ours, theirs = [], []
     for g in grads:
         p.grad = g.clone()
@@ -120,9 +120,10 @@ HYPER = dict(lr=0.01, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     ((50, 3), 1, {"max_precond_dim": 10}),     # left dimension not rotated
     ((4,), 6, {"precondition_1d": True}),      # 1-D rotated; first refresh once the 4x4 factor has full rank
 ])
-def test_matches_step_by_step_reference_with_power_iteration_refresh(shape, freq, extra):
+@pytest.mark.parametrize("foreach", [True, False], ids=["batched", "per-parameter"])
+def test_matches_step_by_step_reference_with_power_iteration_refresh(shape, freq, extra, foreach):
     grads = random_grads(shape, 20)
-    opt, p, ours, theirs = run_both(shape, grads, precondition_frequency=freq, **HYPER, **extra)
+    opt, p, ours, theirs = run_both(shape, grads, precondition_frequency=freq, foreach=foreach, **HYPER, **extra)
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
     assert opt.state[p]["step"] == 19
@@ -281,6 +282,45 @@ def test_state_dict_round_trip_continues_bit_for_bit():
     assert resumed[4] not in opt2.state
 
 
+def vit_like_params(dtype=torch.float64):
+    """Shapes that repeat as in a ViT (three blocks of qkv / proj / fc1 / fc2 weights and their biases),
+    a 3-D tensor, an unrotated dimension, and a parameter that starts later (DINO's frozen last layer)."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(12, 4), (4, 4), (16, 4), (4, 16), (12,), (4,), (16,)] * 3 + [(2, 3, 4), (3, 50), (50, 6)]
+    return [torch.nn.Parameter(torch.randn(s, generator=gen, dtype=dtype)) for s in shapes]
+
+
+@pytest.mark.parametrize("extra", [{}, {"normalize_grads": True}, {"precondition_1d": True}])
+def test_batched_steps_equal_per_parameter_steps(extra):
+    """foreach=True buckets parameters by shape, rotated dimensions and step count; it must give the
+    per-parameter numbers, including for a parameter that joins its bucket's shape several steps late."""
+    runs = {}
+    for foreach in (True, False):
+        params = vit_like_params()
+        opt = SOAP([{"params": params[:-3]}, {"params": params[-3:], "weight_decay": 0.0}], lr=0.01,
+                   betas=(0.9, 0.95), weight_decay=0.1, precondition_frequency=3, max_precond_dim=10,
+                   foreach=foreach, **extra)
+        gen = torch.Generator().manual_seed(1)
+        for step in range(10):
+            for i, p in enumerate(params):
+                late = i == 0 and step < 4  # the first qkv-like weight has no gradient for 4 steps
+                p.grad = None if late else torch.randn(p.shape, generator=gen, dtype=p.dtype)
+            opt.step()
+        runs[foreach] = params, opt
+    (batched, opt_b), (single, opt_s) = runs[True], runs[False]
+    assert opt_b.state[batched[0]]["step"] == 5 and opt_b.state[batched[7]]["step"] == 9
+    for a, b in zip(batched, single):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    for a, b in zip(batched, single):
+        sa, sb = opt_b.state[a], opt_s.state[b]
+        for key in ("exp_avg", "exp_avg_sq"):
+            torch.testing.assert_close(sa[key], sb[key], rtol=1e-10, atol=1e-12)
+        for qa, qb in zip(sa["Q"], sb["Q"]):
+            assert (qa is None) == (qb is None)
+            if qa is not None:
+                torch.testing.assert_close(qa, qb, rtol=1e-10, atol=1e-12)
+
+
 def test_invalid_hyperparameters_raise():
     p = [torch.nn.Parameter(torch.zeros(2, 2))]
     for bad in (dict(lr=-1.0), dict(betas=(0.9, 1.0)), dict(precondition_frequency=0), dict(eps=-1.0)):
@@ -295,8 +335,14 @@ def test_build_optimizer_table():
     assert isinstance(opt, SOAP) and opt.defaults["precondition_frequency"] == 5
     adamw = build_optimizer("adamw", [{"params": iter(params), "weight_decay": 0.0}], lr=1e-3,
                             betas=(0.9, 0.999), eps=1e-8, weight_decay=0.04)
-    assert isinstance(adamw, torch.optim.AdamW) and not adamw.defaults["fused"]  # fused only on CUDA
+    assert isinstance(adamw, torch.optim.AdamW) and adamw.defaults["fused"]  # the default, on CPU too
     assert adamw.param_groups[0]["params"] == params and adamw.param_groups[0]["weight_decay"] == 0.0
+    assert not build_optimizer("adamw", params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                               implementation="loop").defaults["foreach"]
+    assert not build_optimizer("soap", params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0,
+                               implementation="loop").defaults["foreach"]
+    with pytest.raises(ValueError, match=r"^soap has no 'fused' implementation; expected one of: foreach, loop$"):
+        build_optimizer("soap", params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, implementation="fused")
     with pytest.raises(ValueError, match=r"^unknown optimizer 'sgd'; expected one of: adamw, soap$"):
         build_optimizer("sgd", params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     with pytest.raises(ValueError, match="precondition_frequency"):

@@ -51,7 +51,7 @@ def test_a_compilation_failure_falls_back_to_eager(monkeypatch):
     import torch._dynamo
 
     from skipless.models import create_vit
-    from skipless.training.compile import compile_in_place
+    from skipless.models.compile import compile_in_place
 
     def broken_backend(gm, example_inputs):
         raise RuntimeError("no compiler here")

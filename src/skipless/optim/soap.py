@@ -29,6 +29,15 @@ rotated (identity basis, no factor); 1-D parameters get plain Adam unless ``prec
 The reference rotates ``m`` back and into the bases at every step; the bases change only at a
 refresh, so we do it only then (same result up to rounding, two rotations fewer per step).
 
+Batched (``foreach=True``, the default): a ViT's parameters come in few shapes (a ViT-S has twelve
+``qkv`` weights of one shape, twelve ``fc1`` ...). Parameters of one group with the same shape, the same
+rotated dimensions and the same step count are stepped together: their rotations, factors, sorts and
+QR decompositions as batched matrix products (one ``bmm`` for twelve matrices), their moments and
+weights by ``torch._foreach_*`` operations; parameters with no rotated dimension (biases, norms) are
+stepped together whatever their shapes. The state stays per parameter, as in the per-parameter path
+(``foreach=False``, the readable one), so checkpoints of either path load into the other; both give
+the same numbers up to the order of floating-point sums (tests/test_optim_soap.py).
+
 Cost: per step and rotated dimension ``d`` of a parameter with ``N`` entries, ``2 d N`` multiply-adds
 for the two rotations (into the basis and back) and ``d N`` for the factor, against ``O(N)`` for Adam;
 per refresh, one ``d x d`` matrix product and one QR (``O(d^3)``) per factor; the first step one
@@ -69,6 +78,16 @@ def _rotate(x: Tensor, bases: list[Tensor | None], back: bool) -> Tensor:
     return x
 
 
+def _rotate_stacked(x: Tensor, bases: list[Tensor | None], back: bool) -> Tensor:
+    """``_rotate`` of a stack of ``P`` tensors ``x`` (P, d_1 .. d_n) with stacked bases (P, d_k, d_k)."""
+    for q in bases:
+        if q is not None:
+            n, d, rest = x.shape[0], x.shape[1], x.shape[2:]
+            x = ((q if back else q.transpose(1, 2)) @ x.reshape(n, d, -1)).reshape(n, d, *rest)
+        x = x.movedim(1, -1)
+    return x
+
+
 def _accumulate_factors(g: Tensor, factors: list[Tensor | None], beta: float) -> None:
     """``GG_k <- beta GG_k + (1 - beta) G_(k) G_(k)^T``: contract ``g`` with itself over all other dims."""
     for k, f in enumerate(factors):
@@ -99,6 +118,16 @@ def _eigenbasis(f: Tensor) -> Tensor:
     return q.to(f.dtype).flip(1)
 
 
+def _stack(tensors: list[Tensor]) -> Tensor:
+    """``torch.stack``, without its copy for a bucket of one (a view; the shapes that do not repeat)."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+
+
+def _stacked(states: list[dict[str, Any]], name: str) -> list[Tensor | None]:
+    """Per dimension, the ``name`` matrices (``Q`` or ``GG``) of all states stacked, or None where unrotated."""
+    return [None if m is None else _stack([s[name][k] for s in states]) for k, m in enumerate(states[0][name])]
+
+
 class SOAP(Optimizer):
     """SOAP (Vyas et al., ICLR 2025): Adam in the eigenbasis of Shampoo's preconditioner.
 
@@ -123,6 +152,7 @@ class SOAP(Optimizer):
         normalize_grads: divide each update by its RMS (the reference: helps at large refresh
             intervals, ~100, hurts at ~10).
         correct_bias: Adam's bias correction ``sqrt(1 - b2^t) / (1 - b1^t)`` of the step size.
+        foreach: step parameters of one shape together (module docstring); False: one at a time.
     """
 
     def __init__(
@@ -138,6 +168,7 @@ class SOAP(Optimizer):
         precondition_1d: bool = False,
         normalize_grads: bool = False,
         correct_bias: bool = True,
+        foreach: bool = True,
     ) -> None:
         if lr < 0:
             raise ValueError(f"SOAP needs lr >= 0, got {lr}")
@@ -154,7 +185,7 @@ class SOAP(Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), shampoo_beta=shampoo_beta, eps=eps,
                         weight_decay=weight_decay, precondition_frequency=int(precondition_frequency),
                         max_precond_dim=max_precond_dim, precondition_1d=precondition_1d,
-                        normalize_grads=normalize_grads, correct_bias=correct_bias)
+                        normalize_grads=normalize_grads, correct_bias=correct_bias, foreach=bool(foreach))
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -165,12 +196,21 @@ class SOAP(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            buckets: dict[tuple, list[Tensor]] = {}
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
                     raise RuntimeError("SOAP does not support sparse gradients")
-                self._step_parameter(p, group)
+                state = self.state[p]
+                if not group.get("foreach", True) or "Q" not in state:
+                    self._step_parameter(p, group)
+                    continue
+                rotated = tuple(q is not None for q in state["Q"])
+                key = (state["step"], p.dtype, p.device, rotated, tuple(p.shape) if any(rotated) else None)
+                buckets.setdefault(key, []).append(p)
+            for params in buckets.values():
+                self._step_bucket(params, group)
         return loss
 
     def _step_parameter(self, p: Tensor, group: dict[str, Any]) -> None:
@@ -203,6 +243,79 @@ class SOAP(Optimizer):
         _accumulate_factors(g, state["GG"], shampoo_beta)
         if t % group["precondition_frequency"] == 0:
             self._refresh_bases(state)
+
+    def _step_bucket(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        """``_step_parameter`` for parameters of one shape, rotated dimensions and step count, batched."""
+        states = [self.state[p] for p in params]
+        dtype = _compute_dtype(params[0])
+        grads = [p.grad.to(dtype) for p in params]
+        beta1, beta2 = group["betas"]
+        shampoo_beta = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else beta2
+        for state in states:
+            state["step"] += 1
+        t = states[0]["step"]
+        bases = _stacked(states, "Q")
+        rotated = any(q is not None for q in bases)
+        stacked_grads = _stack(grads) if rotated else None
+        g_rot = list(_rotate_stacked(stacked_grads, bases, back=False).unbind(0)) if rotated else grads
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        torch._foreach_mul_(exp_avgs, beta1)
+        torch._foreach_add_(exp_avgs, g_rot, alpha=1.0 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_add_(exp_avg_sqs, torch._foreach_mul(g_rot, g_rot), alpha=1.0 - beta2)
+
+        step_size = group["lr"]
+        if group["correct_bias"]:
+            step_size = step_size * (1.0 - beta2**t) ** 0.5 / (1.0 - beta1**t)
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_add_(denom, group["eps"])
+        ratio = torch._foreach_div(exp_avgs, denom)
+        if rotated:
+            update = _rotate_stacked(_stack(ratio), bases, back=True)
+            if group["normalize_grads"]:
+                rms = update.square().mean(dim=tuple(range(1, update.dim())), keepdim=True).sqrt()
+                update = update / (1e-30 + rms)
+            updates = list(update.unbind(0))
+        else:
+            updates = [u / (1e-30 + u.square().mean().sqrt()) for u in ratio] if group["normalize_grads"] else ratio
+        if params[0].dtype != dtype:
+            updates = [u.to(params[0].dtype) for u in updates]
+        torch._foreach_add_(params, updates, alpha=-step_size)
+        if group["weight_decay"] > 0:
+            torch._foreach_add_(params, params, alpha=-group["lr"] * group["weight_decay"])
+
+        # The factors take the gradient only after it was used, as in the reference.
+        for k, q in enumerate(bases):
+            if q is None:
+                continue
+            g_k = stacked_grads.movedim(k + 1, 1).reshape(len(params), q.shape[1], -1)
+            outer = g_k @ g_k.transpose(1, 2)
+            torch._foreach_lerp_([s["GG"][k] for s in states], list(outer.unbind(0)), 1.0 - shampoo_beta)
+        if rotated and t % group["precondition_frequency"] == 0:
+            self._refresh_bucket(states, bases)
+
+    @staticmethod
+    def _refresh_bucket(states: list[dict[str, Any]], old: list[Tensor | None]) -> None:
+        """``_refresh_bases`` for a bucket: batched products, sorts (per matrix) and QR decompositions."""
+        exp_avg = _rotate_stacked(_stack([s["exp_avg"] for s in states]), old, back=True)
+        exp_avg_sq = _stack([s["exp_avg_sq"] for s in states])
+        new: list[Tensor | None] = []
+        for k, (f, q) in enumerate(zip(_stacked(states, "GG"), old)):
+            if f is None:
+                new.append(None)
+                continue
+            fq = f @ q
+            order = torch.argsort((q * fq).sum(1), dim=-1, descending=True, stable=True)  # diag(Q^T GG Q)
+            index = order.view(order.shape[0], *[order.shape[1] if i == k else 1 for i in range(exp_avg_sq.dim() - 1)])
+            exp_avg_sq = exp_avg_sq.gather(k + 1, index.expand_as(exp_avg_sq))
+            new.append(torch.linalg.qr(fq.gather(2, order.unsqueeze(1).expand_as(fq))).Q)
+        exp_avg = _rotate_stacked(exp_avg, new, back=False)
+        torch._foreach_copy_([s["exp_avg"] for s in states], list(exp_avg.unbind(0)))
+        torch._foreach_copy_([s["exp_avg_sq"] for s in states], list(exp_avg_sq.unbind(0)))
+        for k, q in enumerate(new):
+            if q is not None:
+                torch._foreach_copy_([s["Q"][k] for s in states], list(q.unbind(0)))
 
     @staticmethod
     def _init_state(g: Tensor, state: dict[str, Any], group: dict[str, Any], shampoo_beta: float) -> None:

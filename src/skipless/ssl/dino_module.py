@@ -25,11 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.profiler import record_function
 
-from ..optim import build_optimizer
+from ..optim import optimizer_from_config
 from ..optim.param_groups import clip_gradients_per_parameter, param_groups
 from ..optim.schedules import cosine_schedule, linear_then_constant
 from ..summary import peak_lr
-from ..training.compile import compile_in_place
+from ..models.compile import compile_in_place
 from ..training.divergence import stop_if_diverged
 from .head import DINOHead
 from .loss import DINOLoss
@@ -125,12 +125,7 @@ class DINO(pl.LightningModule):
             "teacher_temp": linear_then_constant(d.warmup_teacher_temp, d.teacher_temp,
                                                  d.warmup_teacher_temp_epochs, epochs, steps),
         }
-        extra = {}
-        if o.name == "soap":
-            extra = dict(shampoo_beta=o.shampoo_beta, precondition_frequency=o.precondition_frequency,
-                         max_precond_dim=o.max_precond_dim, precondition_1d=o.precondition_1d)
-        return build_optimizer(o.name, param_groups(self.student), lr=float(self.schedules["lr"][0]),
-                               betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay, **extra)
+        return optimizer_from_config(o, param_groups(self.student), lr=float(self.schedules["lr"][0]))
 
     def training_step(self, crops: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
         step, epoch = self.global_step, self.current_epoch

@@ -22,11 +22,11 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ..models.from_config import vit_args
 from ..models.vit import create_vit
-from ..optim import build_optimizer
+from ..optim import optimizer_from_config
 from ..optim.param_groups import param_groups
 from ..optim.schedules import cosine_schedule
 from ..summary import peak_lr
-from ..training.compile import compile_in_place
+from ..models.compile import compile_in_place
 from ..training.divergence import stop_if_diverged
 from .augment import batch_mixer
 
@@ -82,12 +82,7 @@ class Supervised(pl.LightningModule):
             "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
             "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
         }
-        extra = {}
-        if o.name == "soap":
-            extra = dict(shampoo_beta=o.shampoo_beta, precondition_frequency=o.precondition_frequency,
-                         max_precond_dim=o.max_precond_dim, precondition_1d=o.precondition_1d)
-        return build_optimizer(o.name, param_groups(self), lr=float(self.schedules["lr"][0]),
-                               betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay, **extra)
+        return optimizer_from_config(o, param_groups(self), lr=float(self.schedules["lr"][0]))
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         step = self.global_step

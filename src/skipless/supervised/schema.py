@@ -60,7 +60,8 @@ def _mixup_pairs(v: dict[str, Any]) -> str | None:
 
 
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    pretrain_schema.warmup_within, pretrain_schema.exports_reached, _image_tiles, _mixup_pairs)
+    pretrain_schema.warmup_within, pretrain_schema.exports_reached, pretrain_schema.implementation_exists,
+    _image_tiles, _mixup_pairs)
 
 
 def check_train_config(cfg: DictConfig) -> None:

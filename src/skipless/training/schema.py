@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from ..config import ConfigError, leaf_values
 from ..config_rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
 from ..models.vit import ARCHS
-from ..optim import OPTIMIZERS
+from ..optim import IMPLEMENTATIONS, OPTIMIZERS
 from .data import DATASETS
 
 PRECISIONS = ("auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
@@ -100,6 +100,7 @@ RULES: dict[str, Rule] = {
     "optim.precondition_frequency": POSITIVE_INT,
     "optim.max_precond_dim": POSITIVE_INT,
     "optim.precondition_1d": BOOL,
+    "optim.implementation": one_of("fused", "foreach", "loop"),
     "train.epochs": POSITIVE_INT,
     "train.batch_size_per_device": POSITIVE_INT,
     "train.num_workers": COUNT,
@@ -177,8 +178,16 @@ def _diagnosed_blocks_exist(v: dict[str, Any]) -> str | None:
     return None
 
 
+def implementation_exists(v: dict[str, Any]) -> str | None:
+    name, impl = v["optim.name"], v["optim.implementation"]
+    if impl not in IMPLEMENTATIONS[name]:
+        return (f"optim.implementation={impl} does not exist for {name}; expected one of "
+                f"{', '.join(IMPLEMENTATIONS[name])} (optim={name} sets {IMPLEMENTATIONS[name][0]})")
+    return None
+
+
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    warmup_within, _crops_tile, exports_reached, _diagnosed_blocks_exist)
+    warmup_within, _crops_tile, exports_reached, _diagnosed_blocks_exist, implementation_exists)
 
 
 def check_against(cfg: DictConfig, rules: dict[str, Rule],
