@@ -14,6 +14,8 @@ Sections (each can be chosen with ``--only``):
   ``--dino-repo``) against ours, alternating, as a ratio; one line saying why when no checkout is
   given (``side_by_side.py``).
 - ``profile``: where the time of our DINO step goes, by torch.profiler (``profile_step.py``).
+- ``loader``: the pretraining loader's images/s per worker count against the step's demand
+  (``loader_throughput.py``; the demand from ``pretrain`` when it runs in the same call).
 - ``optim``: one optimizer step alone, for each ``optim.implementation`` of AdamW and SOAP
   (``optimizer_step.py``).
 
@@ -32,6 +34,7 @@ import torch
 
 from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
+from .loader_throughput import section_loader
 from .optimizer_step import section_optim
 from .probe_sweep import bench_probe
 from .profile_step import section_profile
@@ -40,7 +43,7 @@ from .table import markdown_table
 from .tokencut_solvers import bench_section
 from .train_step import section_train
 
-SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim")
+SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader")
 
 
 def main() -> None:
@@ -93,6 +96,10 @@ def main() -> None:
         print(text)
     if "profile" in args.only:
         results["profile"], text = section_profile(args.quick)
+        print(text)
+    if "loader" in args.only:
+        demand = max((r["images_per_s"] for r in results.get("pretrain", [])), default=None)
+        results["loader"], text = section_loader(args.quick, demand)
         print(text)
     if "optim" in args.only:
         results["optim"], text = section_optim(args.quick)

@@ -23,16 +23,16 @@ from .table import markdown_table
 COLUMNS = ["optim", "implementation", "params_m", "step_ms", "over_fastest_adamw"]
 
 
-def _student(arch: str, out_dim: int, device: torch.device) -> torch.nn.Module:
-    cfg = load_config("pretrain", ["recipe=paper", f"model.arch={arch}", f"dino.out_dim={out_dim}"])
+def _student(arch: str, out_dim: int, device: torch.device, overrides: list[str]) -> torch.nn.Module:
+    cfg = load_config("pretrain", ["recipe=paper", f"model.arch={arch}", f"dino.out_dim={out_dim}", *overrides])
     return DINO(cfg, lambda rate: backbone_factory(cfg, rate)).student.to(device)
 
 
 def step_time(optim: str, implementation: str, arch: str, out_dim: int, steps: int, warmup: int,
-              device: torch.device) -> dict:
+              device: torch.device, overrides: list[str] = ()) -> dict:
     """Median seconds of ``optimizer.step()`` over ``steps`` steps after ``warmup``."""
     torch.manual_seed(0)
-    student = _student(arch, out_dim, device)
+    student = _student(arch, out_dim, device, list(overrides))
     cfg = load_config("pretrain", [f"optim={optim}", f"optim.implementation={implementation}"])
     opt = optimizer_from_config(cfg.optim, param_groups(student), lr=1e-4)
     gen = torch.Generator(device=device).manual_seed(1)
@@ -55,11 +55,12 @@ def step_time(optim: str, implementation: str, arch: str, out_dim: int, steps: i
 
 
 def section_optim(quick: bool = False, *, arch: str = "vit_small", out_dim: int = 65536,
-                  steps: int | None = None) -> tuple[list[dict], str]:
-    """Rows for every optimizer x implementation, and the table to print."""
+                  steps: int | None = None, overrides: list[str] = ()) -> tuple[list[dict], str]:
+    """Rows for every optimizer x implementation, and the table to print (``overrides``: more config
+    keys of the student, e.g. a smaller head for a test)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     steps = steps or (3 if quick else 10)
-    rows = [step_time(o, impl, arch, out_dim, steps, warmup=2, device=device)
+    rows = [step_time(o, impl, arch, out_dim, steps, warmup=2, device=device, overrides=overrides)
             for o, impls in IMPLEMENTATIONS.items() for impl in impls]
     fastest = min(r["step_ms"] for r in rows if r["optim"] == "adamw")
     for r in rows:

@@ -24,7 +24,10 @@ alternating: ours runs through Lightning (``Trainer.fit``) and the official step
 next, so all of Lightning's loop, hooks, logging and the data fetch count as ours. Medians over
 ``steps`` steps of each side after ``warmup`` steps. ``official_over_ours`` = official step time /
 ours: above 1, ours is faster. The official code trains a skip ViT with AdamW only; our skipless
-and SOAP rows are timed against that same official step.
+and SOAP rows are timed against that same official step. Our rows run our speed keys at their
+defaults (``optim.implementation``), eager and then compiled (``train.compile``; the compilation
+happens in the warm-up steps and is not timed; the inductor cache on disk makes later rows of the
+same model compile faster).
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ from .table import markdown_table
 OFFICIAL_FILES = ("vision_transformer.py", "utils.py", "main_dino.py")
 OFFICIAL_MODULES = ("utils", "vit_utils", "vision_transformer", "main_dino")
 CONFIGS = (("skip", "adamw"), ("skip", "soap"), ("skipless", "adamw"), ("skipless", "soap"))
-COLUMNS = ["model", "optim", "batch", "crops", "official_step_s", "ours_step_s", "official_over_ours",
+COLUMNS = ["model", "optim", "compile", "batch", "crops", "official_step_s", "ours_step_s", "official_over_ours",
            "official_images_per_s", "ours_images_per_s"]
 
 
@@ -68,11 +71,13 @@ def sizes(batch: int = 8, global_size: int = 224, local_size: int = 96, n_local:
                 arch=arch, depth=depth)
 
 
-def our_config(model: str, optim: str, size: dict):
+def our_config(model: str, optim: str, size: dict, compiled: bool = False):
     """Our pretraining config at ``size``: the paper's recipe (ViT/16, CLS token, DINO's head and
-    teacher settings) with the sizes overridden."""
+    teacher settings) with the sizes overridden, our speed keys at their defaults except
+    ``train.compile`` (``compiled``)."""
     return load_config("pretrain", [
-        f"model={model}", f"optim={optim}", "recipe=paper", f"model.arch={size['arch']}",
+        f"model={model}", f"optim={optim}", "recipe=paper", f"train.compile={str(compiled).lower()}",
+        f"model.arch={size['arch']}",
         f"model.depth={'null' if size['depth'] is None else size['depth']}",
         f"train.batch_size_per_device={size['batch']}", f"dino.global_crop_size={size['global_size']}",
         f"dino.local_crop_size={size['local_size']}", f"dino.local_crops_number={size['n_local']}",
@@ -260,11 +265,13 @@ def loaders(size: dict, n_batches: int) -> tuple[DataLoader, DataLoader]:
     return ours, official
 
 
-def side_by_side_row(dino: SimpleNamespace, model: str, optim: str, size: dict, steps: int, warmup: int) -> dict:
-    """One of our configurations against the official step, alternating, ``warmup`` + ``steps`` each."""
+def side_by_side_row(dino: SimpleNamespace, model: str, optim: str, size: dict, steps: int, warmup: int,
+                     compiled: bool = False) -> dict:
+    """One of our configurations against the official step, alternating, ``warmup`` + ``steps`` each.
+    Compiled (``train.compile``), our first step compiles every shape; the warm-up steps hold it."""
     if warmup < 1:
         raise ValueError("warmup must be at least 1: our first timed step starts at the end of an official one")
-    cfg = our_config(model, optim, size)
+    cfg = our_config(model, optim, size, compiled)
     ours_loader, official_loader = loaders(size, warmup + steps)
     torch.manual_seed(0)
     official = OfficialStep(dino, cfg, official_loader)
@@ -274,7 +281,7 @@ def side_by_side_row(dino: SimpleNamespace, model: str, optim: str, size: dict, 
     cpu_trainer([timer]).fit(module, ours_loader)
     off, ours = median(timer.official_times), median(timer.ours_times)
     b = size["batch"]
-    return {"model": model, "optim": optim, "batch": b,
+    return {"model": model, "optim": optim, "compile": compiled, "batch": b,
             "crops": f"2x{size['global_size']} + {size['n_local']}x{size['local_size']}",
             "official_step_s": off, "ours_step_s": ours, "official_over_ours": off / ours,
             "official_images_per_s": b / off, "ours_images_per_s": b / ours,
@@ -296,8 +303,10 @@ def one_process_group():
 
 
 def section_official(repo: str | None = None, quick: bool = False, *, configs=CONFIGS, size: dict | None = None,
-                     steps: int | None = None, warmup: int | None = None) -> tuple[list[dict] | None, str]:
-    """Rows (None when skipped) and the text to print: the table, or the one line saying why not."""
+                     steps: int | None = None, warmup: int | None = None,
+                     compiled: tuple[bool, ...] = (False, True)) -> tuple[list[dict] | None, str]:
+    """Rows (None when skipped) and the text to print: the table, or the one line saying why not.
+    Every configuration is timed eager and, with ``True`` in ``compiled``, with ``train.compile``."""
     repo = os.environ.get("DINO_REPO") if repo is None else repo
     problem = official_checkout_problem(repo)
     if problem:
@@ -307,7 +316,7 @@ def section_official(repo: str | None = None, quick: bool = False, *, configs=CO
     warmup = warmup or (1 if quick else 2)
     dino = import_official(repo)
     with one_process_group():
-        rows = [side_by_side_row(dino, m, o, size, steps, warmup) for m, o in configs]
+        rows = [side_by_side_row(dino, m, o, size, steps, warmup, c) for c in compiled for m, o in configs]
     text = (f"\nthe official DINO step ({repo}: skip ViT + AdamW) against ours, fp32 on the CPU "
             f"({torch.get_num_threads()} threads), alternating, median of {steps} steps after {warmup}; "
             "official_over_ours > 1: ours is faster:\n")

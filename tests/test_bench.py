@@ -176,7 +176,8 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
     step = DINO.training_step
     monkeypatch.setattr(DINO, "training_step", lambda self, *a: ours_calls.append(1) or step(self, *a))
     utils_before = sys.modules.get("utils")
-    rows, text = section_official(str(repo), configs=[("skip", "adamw")], size=sizes(**TINY), steps=2, warmup=1)
+    rows, text = section_official(str(repo), configs=[("skip", "adamw")], size=sizes(**TINY), steps=2, warmup=1,
+                                  compiled=(False,))
 
     calls = log.read_text().splitlines()
     assert calls.count("loss") == 3 and calls.count("clip_gradients") == 3  # warm-up + 2 official steps
@@ -187,6 +188,7 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
     (row,) = rows
     assert set(COLUMNS) <= set(row)
     assert row["model"] == "skip" and row["optim"] == "adamw" and row["batch"] == 2 and row["crops"] == "2x32 + 2x16"
+    assert row["compile"] is False
     assert row["official_steps"] == 2 and row["ours_steps"] == 2
     assert row["official_step_s"] > 0 and row["ours_step_s"] > 0
     assert row["official_over_ours"] == pytest.approx(row["official_step_s"] / row["ours_step_s"])
@@ -195,6 +197,46 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
     assert sys.modules.get("utils") is utils_before and "main_dino" not in sys.modules  # DINO's names let go
     import torch.distributed as dist
     assert not dist.is_initialized()  # the section's world-size-1 group is closed again
+
+
+def test_optimizer_bench_times_every_implementation_of_both_optimizers():
+    from bench.optimizer_step import COLUMNS, section_optim
+    from skipless.optim import IMPLEMENTATIONS
+
+    rows, text = section_optim(arch="vit_tiny", out_dim=64, steps=2,
+                               overrides=["model.depth=1", "dino.hidden_dim=32", "dino.bottleneck_dim=16"])
+    assert [(r["optim"], r["implementation"]) for r in rows] == [
+        (o, i) for o, impls in IMPLEMENTATIONS.items() for i in impls]
+    assert all(set(COLUMNS) <= set(r) and len(r["times_s"]) == 2 and r["step_ms"] > 0 for r in rows)
+    assert min(r["over_fastest_adamw"] for r in rows if r["optim"] == "adamw") == 1.0
+    assert len({r["params_m"] for r in rows}) == 1
+    assert text.splitlines()[-len(rows) - 2].startswith("| optim | implementation")
+
+
+def test_loader_bench_measures_each_worker_count_against_the_demand(tmp_path):
+    from bench.loader_throughput import COLUMNS, section_loader
+
+    overrides = [f"data.root={tmp_path / 'data'}", "data.n_train=16", "data.n_val=4", "train.batch_size_per_device=4",
+                 "dino.global_crop_size=32", "dino.local_crop_size=16", "dino.local_crops_number=2"]
+    rows, text = section_loader(demand=10.0, overrides=overrides, batches=2)
+    assert [r["num_workers"] for r in rows] == [0, 1, 2]  # 0, 1 and the demo's train.num_workers
+    for r in rows:
+        assert set(COLUMNS) <= set(r) and r["batches"] == 2 and r["crops"] == "2x32 + 2x16"
+        assert r["images_per_s"] > 0 and r["loader_over_demand"] == pytest.approx(r["images_per_s"] / 10.0)
+    assert "not run here" not in text
+    rows, text = section_loader(overrides=overrides, batches=1)
+    assert all(r["loader_over_demand"] is None for r in rows) and "not run here" in text
+
+
+def test_our_side_runs_the_speed_keys_at_their_defaults_and_compiles_when_asked():
+    from bench.side_by_side import our_config, sizes
+    from skipless.config import load_config
+
+    default = load_config("pretrain", ["optim=soap"])
+    for compiled in (False, True):
+        cfg = our_config("skipless", "soap", sizes(**TINY), compiled)
+        assert cfg.train.compile is compiled and cfg.optim.implementation == default.optim.implementation
+        assert cfg.train.batch_size_per_device == 2 and cfg.dino.out_dim == 64 and cfg.model.depth == 1
 
 
 def test_official_side_by_side_is_one_line_without_a_complete_checkout(tmp_path, monkeypatch):
