@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from skipless.atomic import atomic_write
+
 from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
@@ -106,8 +108,25 @@ def main() -> None:
         print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
-    print(f"\nwritten to {out}")
+    merged = merge_results(out, results)
+    atomic_write(out, lambda tmp: Path(tmp).write_text(json.dumps(merged, indent=1)))
+    print(f"\nwritten to {out} (sections of earlier runs that this one did not run are kept)")
+
+
+def merge_results(out: Path, results: dict) -> dict:
+    """The sections of ``results`` over those already in ``out``, each stamped with the device, torch
+    and date it was measured with (``measured``): a ``--only`` run never drops another section."""
+    try:
+        merged = json.loads(out.read_text())
+    except (OSError, json.JSONDecodeError):
+        merged = {}
+    stamp = {k: results[k] for k in ("device", "torch", "date")}
+    measured = merged.setdefault("measured", {})
+    for key, value in results.items():
+        if key not in stamp:
+            merged[key] = value
+            measured[key] = stamp
+    return {**merged, **stamp}
 
 
 if __name__ == "__main__":

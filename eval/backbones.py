@@ -42,6 +42,7 @@ import torch
 from skipless.errors import SkiplessError
 from skipless.models import ARCHS, create_vit, freeze_for_eval, load_backbone
 from skipless.models.checkpoint import ArchRequiredError, BackboneLoadError, read_backbone_args
+from skipless.models.compile import compile_in_place
 from skipless.models.timm_weights import cached_weights, load_timm_backbone, timm_backbone_args
 
 RANDOM = "random"
@@ -223,8 +224,10 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
     return specs  # type: ignore[return-value]
 
 
-def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int = 0) -> torch.nn.Module:
-    """The frozen backbone of ``spec`` on ``device`` (the random floor is built with ``seed``)."""
+def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int = 0,
+              compile: bool = False) -> torch.nn.Module:
+    """The frozen backbone of ``spec`` on ``device`` (the random floor is built with ``seed``); its
+    blocks compiled in place with ``compile`` (``skipless.models.compile``: eager on failure)."""
     if spec.kind == "init":
         from skipless.config import load_config
         from skipless.models.from_config import vit_from_config
@@ -243,7 +246,9 @@ def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int 
         model = load_backbone(spec.path, map_location="cpu", arch=spec.args["arch"])
     else:
         model = load_backbone(spec.path, map_location="cpu")
-    return freeze_for_eval(model, device)
+    model = freeze_for_eval(model, device)
+    compile_in_place([model], compile)
+    return model
 
 
 

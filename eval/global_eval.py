@@ -54,6 +54,7 @@ RULES: dict[str, Rule] = {
     "features.num_workers": optional(integer(0)),
     "features.cache": one_of(*CACHES),
     "features.amp": boolean(),
+    "features.compile": boolean(),
 }
 SIZE = Rule(lambda v: isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and x >= 1 for x in v),
             "a list [resize, crop] of two integers >= 1")
@@ -175,7 +176,7 @@ def backbone_features(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
     """Load ``spec``, check it can give the asked features, and extract (or reuse) them on both splits."""
     cfg, feats = settings.cfg, settings.cfg.features
     t0 = time.perf_counter()
-    model = load_spec(spec, settings.device, seed=int(cfg.seed))
+    model = load_spec(spec, settings.device, seed=int(cfg.seed), compile=bool(feats.compile))
     depth, patch = len(model.blocks), model.patch_embed.patch_size[0]
     if settings.crop % patch:
         raise ConfigError(f"features.crop {settings.crop} is not a multiple of {spec.name}'s patch size {patch}; "

@@ -129,7 +129,7 @@ def probe_backbone(settings: ProbeSettings, spec: BackboneSpec, train_ds: Any, v
     """
     cfg, device = settings.cfg, settings.device
     started = time.perf_counter()
-    model = load_spec(spec, device, seed=int(cfg.seed))
+    model = load_spec(spec, device, seed=int(cfg.seed), compile=bool(cfg.compile))
     layers = layers_for(settings, len(model.blocks))
     resolution, label_size, note = sizes_for(settings, int(model.patch_embed.patch_size[0]))
     union = sorted({i for ls in layers.values() for i in ls})

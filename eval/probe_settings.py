@@ -83,6 +83,7 @@ RULES = {
     "val_every": integer(0),
     "cpu_threads": optional(integer(1)),
     "amp": boolean(),
+    "compile": boolean(),
     "extract_batch_size": integer(1),
     "num_workers": optional(integer(0)),
     "cache": one_of(*CACHES),

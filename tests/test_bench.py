@@ -1,4 +1,5 @@
 """bench/: the table writer, and the TokenCut solver benchmark on a tiny generated set (speed is never asserted)."""
+import json
 import pytest
 import torch
 
@@ -266,3 +267,16 @@ def test_profile_of_our_step_accounts_for_the_whole_step():
         assert r["seconds"][part] > 0, part
     assert r["seconds"]["teacher backbone forward"] < r["seconds"]["student backbone forward"] + r["seconds"]["backward"]
     assert all(f"| {part} |" in text for part in CATEGORIES)
+
+
+def test_a_run_of_some_sections_keeps_the_others_in_the_results_file(tmp_path):
+    from bench.__main__ import merge_results
+
+    out = tmp_path / "results.json"
+    first = merge_results(out, {"device": "GPU", "torch": "2.x", "date": "d1", "pretrain": [1], "optim": [2]})
+    out.write_text(json.dumps(first))
+    second = merge_results(out, {"device": "CPU", "torch": "2.x", "date": "d2", "optim": [3]})
+    assert second["pretrain"] == [1] and second["optim"] == [3] and second["device"] == "CPU"
+    assert second["measured"]["pretrain"]["device"] == "GPU" and second["measured"]["optim"]["date"] == "d2"
+    out.write_text("{not json")
+    assert merge_results(out, {"device": "CPU", "torch": "2.x", "date": "d3", "init": {}})["init"] == {}

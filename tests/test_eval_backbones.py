@@ -131,3 +131,11 @@ def test_init_items_build_the_backbone_pretraining_starts_from(tmp_path):
 def test_bad_init_items_name_what_is_expected(tmp_path, item):
     with pytest.raises(BackboneNotFoundError, match="expected init:<model> or init:<model>:<arch>"):
         resolve_backbones(item, tmp_path)
+
+
+def test_load_spec_compiles_the_blocks_only_when_asked(tmp_path):
+    (spec,) = resolve_backbones("init:skip:vit_tiny", runs_root=tmp_path)
+    eager, compiled = load_spec(spec), load_spec(spec, compile=True)
+    assert all(getattr(b, "_compiled_call_impl", None) is None for b in eager.blocks)
+    assert all(getattr(b, "_compiled_call_impl", None) is not None for b in compiled.blocks)
+    assert not any(p.requires_grad for p in compiled.parameters()) and not compiled.training

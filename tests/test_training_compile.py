@@ -66,3 +66,35 @@ def test_a_compilation_failure_falls_back_to_eager(monkeypatch):
     with torch.no_grad():
         torch.testing.assert_close(model(x), eager)
     torch._dynamo.reset()
+
+
+def test_compiled_blocks_give_the_eager_features_and_compile_one_graph_for_all_blocks():
+    """The evaluators' ``compile``: every block compiled in place; extract_features (block outputs,
+    q/k/v and attention maps through the capture hooks) gives the eager values, and the blocks share
+    their graphs (regional compilation: one graph per call pattern, not one per block)."""
+    import torch._dynamo.utils
+
+    from skipless.models import create_vit, extract_features, freeze_for_eval
+    from skipless.models.compile import compile_in_place
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = freeze_for_eval(create_vit("vit_tiny", depth=3, img_size=32), "cpu")
+    x = torch.randn(2, 3, 32, 32)
+    kinds = ("out", "q", "k", "v", "attn")
+    with torch.inference_mode():
+        eager = extract_features(model, x, "all", kinds, norm=True)
+    compile_in_place([model], True)
+    assert all(getattr(b, "_compiled_call_impl", None) is not None for b in model.blocks)
+    assert getattr(model, "_compiled_call_impl", None) is None  # the blocks, not the whole network
+    torch._dynamo.utils.counters.clear()
+    with torch.inference_mode():
+        compiled = extract_features(model, x, "all", kinds, norm=True)
+        outs = extract_features(model, x, "all", ("out",), norm=True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 2  # capturing or not, for all 3 blocks
+    assert sorted(compiled) == sorted(eager)
+    for key, value in eager.items():
+        torch.testing.assert_close(compiled[key], value, rtol=1e-4, atol=1e-5)
+    for key, value in outs.items():
+        torch.testing.assert_close(value, eager[key], rtol=1e-4, atol=1e-5)
+    torch._dynamo.reset()
