@@ -25,11 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.profiler import record_function
 
+from ..models.compile import compile_in_place
 from ..optim import optimizer_from_config
 from ..optim.param_groups import clip_gradients_per_parameter, param_groups
 from ..optim.schedules import cosine_schedule, linear_then_constant
 from ..summary import peak_lr
-from ..models.compile import compile_in_place
 from ..training.divergence import stop_if_diverged
 from .head import DINOHead
 from .loss import DINOLoss
@@ -145,7 +145,6 @@ class DINO(pl.LightningModule):
             student_out = self.student(crops)
         with record_function(RANGES["loss"]):
             loss, entropy = self.loss_fn(student_out, teacher_out, temp)
-        stop_if_diverged(self, loss, step)
 
         with record_function(RANGES["backward"]):
             opt.zero_grad(set_to_none=True)
@@ -162,6 +161,11 @@ class DINO(pl.LightningModule):
             self.loss_fn.update_center(teacher_out)
         with record_function(RANGES["ema"]):
             self._ema_update(momentum)
+        # Checked once the whole step is queued: its one host-device sync falls where the progress bar
+        # reads the loss anyway, instead of stalling the device between forward and backward. A
+        # non-finite loss has made this step's update non-finite too, but nothing of it is ever saved
+        # (checkpoints are written at epoch ends): the run stops here with its last good checkpoint.
+        stop_if_diverged(self, loss, step)
         with record_function(RANGES["log"]):
             self.log_dict({"train/loss": loss.detach(), "train/kl_teacher_student": (loss - entropy).detach(),
                            "train/teacher_entropy": entropy, "schedule/lr": lr, "schedule/weight_decay": wd,

@@ -21,12 +21,12 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..models.from_config import vit_args
+from ..models.compile import compile_in_place
 from ..models.vit import create_vit
 from ..optim import optimizer_from_config
 from ..optim.param_groups import param_groups
 from ..optim.schedules import cosine_schedule
 from ..summary import peak_lr
-from ..models.compile import compile_in_place
 from ..training.divergence import stop_if_diverged
 from .augment import batch_mixer
 
@@ -100,13 +100,12 @@ class Supervised(pl.LightningModule):
             loss = torch.sum(-targets * F.log_softmax(self(images).float(), dim=-1), dim=-1).mean()
         else:
             loss = F.cross_entropy(self(images).float(), labels, label_smoothing=float(self.cfg.aug.label_smoothing))
-        stop_if_diverged(self, loss, step)
-
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
         if self.cfg.optim.clip_grad:
             torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
         opt.step()
+        stop_if_diverged(self, loss, step)  # after the step is queued: see DINO.training_step
 
         self.log_dict({"train/loss": loss.detach(), "schedule/lr": lr, "schedule/weight_decay": wd},
                       on_step=True, prog_bar=False, batch_size=images.shape[0])
