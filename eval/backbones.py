@@ -42,7 +42,7 @@ import torch
 from skipless.errors import SkiplessError
 from skipless.models import ARCHS, create_vit, freeze_for_eval, load_backbone
 from skipless.models.checkpoint import ArchRequiredError, BackboneLoadError, read_backbone_args
-from skipless.models.compile import compile_in_place
+from skipless.models.compile import compile_blocks
 from skipless.models.timm_weights import cached_weights, load_timm_backbone, timm_backbone_args
 
 RANDOM = "random"
@@ -247,7 +247,7 @@ def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int 
     else:
         model = load_backbone(spec.path, map_location="cpu")
     model = freeze_for_eval(model, device)
-    compile_in_place([model], compile)
+    compile_blocks(model, compile)
     return model
 
 

@@ -11,12 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny_runs import DINO_TINY
+
 TESTS = Path(__file__).parent
-TINY = ["model.arch=vit_tiny", "model.depth=1", "dino.out_dim=32", "dino.hidden_dim=32", "dino.bottleneck_dim=16",
-        "dino.global_crop_size=32", "dino.local_crop_size=16", "dino.local_crops_number=2", "data.n_train=16",
-        "data.n_val=4", "train.batch_size_per_device=4", "train.num_workers=0", "train.knn_every_n_epochs=0",
-        "train.epochs=1", "optim.warmup_epochs=0", "diagnostics.every_n_epochs=0",
-        "diagnostics.signals_every_n_steps=0"]
+TINY = [*DINO_TINY, "data.n_train=16"]
 
 
 def run_ddp(tmp_path: Path, accelerator: str, devices: int, strategy: str = "auto") -> Path:

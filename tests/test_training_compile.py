@@ -1,29 +1,12 @@
 """train.compile: the compiled backbones train the same numbers as the eager ones (to float tolerance),
 keep their parameter names, and a compilation failure falls back to eager instead of stopping the run."""
-import lightning.pytorch as pl
 import pytest
 import torch
 
 from skipless.config import load_config
 from skipless.pretrain import pretrain
 from skipless.train import train
-
-DINO_TINY = ["model.arch=vit_tiny", "model.depth=1", "dino.out_dim=32", "dino.hidden_dim=32",
-             "dino.bottleneck_dim=16", "dino.global_crop_size=32", "dino.local_crop_size=16",
-             "dino.local_crops_number=2", "data.n_train=8", "data.n_val=4", "train.batch_size_per_device=4",
-             "train.num_workers=0", "train.knn_every_n_epochs=0", "train.epochs=1", "optim.warmup_epochs=0",
-             "diagnostics.every_n_epochs=0", "diagnostics.signals_every_n_steps=0"]
-SUP_TINY = ["model.arch=vit_tiny", "model.depth=1", "aug.image_size=32", "data.n_train=8", "data.n_val=4",
-            "train.batch_size_per_device=4", "train.num_workers=0", "train.epochs=1", "optim.warmup_epochs=0"]
-
-
-class Losses(pl.Callback):
-    def __init__(self):
-        self.values = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.values.append(float(outputs["loss"] if isinstance(outputs, dict) else outputs))
-
+from tiny_runs import DINO_TINY, SUP_TINY, Losses
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
@@ -69,13 +52,13 @@ def test_a_compilation_failure_falls_back_to_eager(monkeypatch):
 
 
 def test_compiled_blocks_give_the_eager_features_and_compile_one_graph_for_all_blocks():
-    """The evaluators' ``compile``: every block compiled in place; extract_features (block outputs,
+    """The evaluators' ``compile`` (``compile_blocks``): extract_features (block outputs,
     q/k/v and attention maps through the capture hooks) gives the eager values, and the blocks share
     their graphs (regional compilation: one graph per call pattern, not one per block)."""
     import torch._dynamo.utils
 
     from skipless.models import create_vit, extract_features, freeze_for_eval
-    from skipless.models.compile import compile_in_place
+    from skipless.models.compile import compile_blocks
 
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -84,7 +67,7 @@ def test_compiled_blocks_give_the_eager_features_and_compile_one_graph_for_all_b
     kinds = ("out", "q", "k", "v", "attn")
     with torch.inference_mode():
         eager = extract_features(model, x, "all", kinds, norm=True)
-    compile_in_place([model], True)
+    compile_blocks(model, True)
     assert all(getattr(b, "_compiled_call_impl", None) is not None for b in model.blocks)
     assert getattr(model, "_compiled_call_impl", None) is None  # the blocks, not the whole network
     torch._dynamo.utils.counters.clear()

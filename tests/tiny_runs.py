@@ -1,0 +1,21 @@
+"""The smallest pretraining and supervised runs the tests train end to end, and a callback that
+records their losses: the speed keys are tested by comparing the losses of such runs."""
+import lightning.pytorch as pl
+
+DINO_TINY = ["model.arch=vit_tiny", "model.depth=1", "dino.out_dim=32", "dino.hidden_dim=32",
+             "dino.bottleneck_dim=16", "dino.global_crop_size=32", "dino.local_crop_size=16",
+             "dino.local_crops_number=2", "data.n_train=8", "data.n_val=4", "train.batch_size_per_device=4",
+             "train.num_workers=0", "train.knn_every_n_epochs=0", "train.epochs=1", "optim.warmup_epochs=0",
+             "diagnostics.every_n_epochs=0", "diagnostics.signals_every_n_steps=0"]
+SUP_TINY = ["model.arch=vit_tiny", "model.depth=1", "aug.image_size=32", "data.n_train=8", "data.n_val=4",
+            "train.batch_size_per_device=4", "train.num_workers=0", "train.epochs=1", "optim.warmup_epochs=0"]
+
+
+class Losses(pl.Callback):
+    """The training loss of every step, as floats."""
+
+    def __init__(self):
+        self.values = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.values.append(float(outputs["loss"] if isinstance(outputs, dict) else outputs))
