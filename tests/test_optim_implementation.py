@@ -61,7 +61,7 @@ def test_runs_give_the_same_losses_with_every_implementation(tmp_path, entry, ru
 
 def test_an_implementation_the_optimizer_lacks_is_refused_in_one_sentence():
     with pytest.raises(ConfigError, match=r"^optim.implementation=fused does not exist for soap; expected one of "
-                                          r"foreach, loop \(optim=soap sets foreach\)$"):
+                                          r"loop, foreach \(optim=soap sets loop\)$"):
         check_pretrain_config(load_config("pretrain", ["optim=soap", "optim.implementation=fused"]))
 
 

@@ -284,9 +284,10 @@ def test_state_dict_round_trip_continues_bit_for_bit():
 
 def vit_like_params(dtype=torch.float64):
     """Shapes that repeat as in a ViT (three blocks of qkv / proj / fc1 / fc2 weights and their biases),
-    a 3-D tensor, an unrotated dimension, and a parameter that starts later (DINO's frozen last layer)."""
+    3-D tensors, matrices with an unrotated dimension, a shape of its own, and a parameter that starts
+    later (DINO's frozen last layer)."""
     gen = torch.Generator().manual_seed(0)
-    shapes = [(12, 4), (4, 4), (16, 4), (4, 16), (12,), (4,), (16,)] * 3 + [(2, 3, 4), (3, 50), (50, 6)]
+    shapes = [(12, 4), (4, 4), (16, 4), (4, 16), (12,), (4,), (16,)] * 3 + [(2, 3, 4)] * 2 + [(3, 50)] * 2 + [(50, 6)]
     return [torch.nn.Parameter(torch.randn(s, generator=gen, dtype=dtype)) for s in shapes]
 
 
@@ -297,7 +298,7 @@ def test_batched_steps_equal_per_parameter_steps(extra):
     runs = {}
     for foreach in (True, False):
         params = vit_like_params()
-        opt = SOAP([{"params": params[:-3]}, {"params": params[-3:], "weight_decay": 0.0}], lr=0.01,
+        opt = SOAP([{"params": params[:-5]}, {"params": params[-5:], "weight_decay": 0.0}], lr=0.01,
                    betas=(0.9, 0.95), weight_decay=0.1, precondition_frequency=3, max_precond_dim=10,
                    foreach=foreach, **extra)
         gen = torch.Generator().manual_seed(1)
@@ -341,7 +342,7 @@ def test_build_optimizer_table():
                                implementation="loop").defaults["foreach"]
     assert not build_optimizer("soap", params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0,
                                implementation="loop").defaults["foreach"]
-    with pytest.raises(ValueError, match=r"^soap has no 'fused' implementation; expected one of: foreach, loop$"):
+    with pytest.raises(ValueError, match=r"^soap has no 'fused' implementation; expected one of: loop, foreach$"):
         build_optimizer("soap", params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, implementation="fused")
     with pytest.raises(ValueError, match=r"^unknown optimizer 'sgd'; expected one of: adamw, soap$"):
         build_optimizer("sgd", params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)

@@ -33,7 +33,7 @@ def _as_groups(param_groups: Iterable[Any]) -> list[Any]:
 
 
 # What each optimizer can run; the first is its default (``configs/optim/<name>.yaml`` states it too).
-IMPLEMENTATIONS = {"adamw": ("fused", "foreach", "loop"), "soap": ("foreach", "loop")}
+IMPLEMENTATIONS = {"adamw": ("fused", "foreach", "loop"), "soap": ("loop", "foreach")}
 _ADAMW_FLAGS = {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}
 
 
@@ -47,7 +47,7 @@ def _adamw(param_groups: list[Any], *, lr: float, betas: tuple[float, float], ep
 
 
 def _soap(param_groups: list[Any], *, lr: float, betas: tuple[float, float], eps: float,
-          weight_decay: float, implementation: str = "foreach", **soap_kwargs: Any) -> torch.optim.Optimizer:
+          weight_decay: float, implementation: str = "loop", **soap_kwargs: Any) -> torch.optim.Optimizer:
     return SOAP(param_groups, lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                 foreach=implementation == "foreach", **soap_kwargs)
 

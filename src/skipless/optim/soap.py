@@ -29,14 +29,17 @@ rotated (identity basis, no factor); 1-D parameters get plain Adam unless ``prec
 The reference rotates ``m`` back and into the bases at every step; the bases change only at a
 refresh, so we do it only then (same result up to rounding, two rotations fewer per step).
 
-Batched (``foreach=True``, the default): a ViT's parameters come in few shapes (a ViT-S has twelve
-``qkv`` weights of one shape, twelve ``fc1`` ...). Parameters of one group with the same shape, the same
-rotated dimensions and the same step count are stepped together: their rotations, factors, sorts and
+Batched (``foreach=True``, ``optim.implementation=foreach``): a ViT's parameters come in few
+shapes (a ViT-S has twelve ``qkv`` weights of one shape, twelve ``fc1`` ...). Parameters of one group
+with the same shape, the same rotated dimensions and the same step count are stepped together: their rotations, factors, sorts and
 QR decompositions as batched matrix products (one ``bmm`` for twelve matrices), their moments and
 weights by ``torch._foreach_*`` operations; parameters with no rotated dimension (biases, norms) are
-stepped together whatever their shapes. The state stays per parameter, as in the per-parameter path
+stepped together whatever their shapes; a rotated parameter whose shape no other parameter has takes
+the per-parameter path. The state stays per parameter, as in the per-parameter path
 (``foreach=False``, the readable one), so checkpoints of either path load into the other; both give
-the same numbers up to the order of floating-point sums (tests/test_optim_soap.py).
+the same numbers up to the order of floating-point sums (tests/test_optim_soap.py). On a CPU the
+loop is faster (``make bench --only optim``: batched products gain nothing there, and stacking the
+bases every step costs memory traffic); batching is for a GPU, where it saves kernel launches.
 
 Cost: per step and rotated dimension ``d`` of a parameter with ``N`` entries, ``2 d N`` multiply-adds
 for the two rotations (into the basis and back) and ``d N`` for the factor, against ``O(N)`` for Adam;
@@ -79,7 +82,16 @@ def _rotate(x: Tensor, bases: list[Tensor | None], back: bool) -> Tensor:
 
 
 def _rotate_stacked(x: Tensor, bases: list[Tensor | None], back: bool) -> Tensor:
-    """``_rotate`` of a stack of ``P`` tensors ``x`` (P, d_1 .. d_n) with stacked bases (P, d_k, d_k)."""
+    """``_rotate`` of a stack of ``P`` tensors ``x`` (P, d_1 .. d_n) with stacked bases (P, d_k, d_k).
+    Matrices (the weights of a ViT) take ``Q_L^T G Q_R`` / ``Q_L M Q_R^T`` as two batched products
+    whose transposes BLAS reads in place; other shapes go dimension by dimension, as ``_rotate``."""
+    if x.dim() == 3:
+        ql, qr = bases
+        if ql is not None:
+            x = (ql if back else ql.mT) @ x
+        if qr is not None:
+            x = x @ (qr.mT if back else qr)
+        return x
     for q in bases:
         if q is not None:
             n, d, rest = x.shape[0], x.shape[1], x.shape[2:]
@@ -152,7 +164,8 @@ class SOAP(Optimizer):
         normalize_grads: divide each update by its RMS (the reference: helps at large refresh
             intervals, ~100, hurts at ~10).
         correct_bias: Adam's bias correction ``sqrt(1 - b2^t) / (1 - b1^t)`` of the step size.
-        foreach: step parameters of one shape together (module docstring); False: one at a time.
+        foreach: step parameters of one shape together (module docstring; for a GPU); False (the
+            default, faster on a CPU): one at a time.
     """
 
     def __init__(
@@ -168,7 +181,7 @@ class SOAP(Optimizer):
         precondition_1d: bool = False,
         normalize_grads: bool = False,
         correct_bias: bool = True,
-        foreach: bool = True,
+        foreach: bool = False,
     ) -> None:
         if lr < 0:
             raise ValueError(f"SOAP needs lr >= 0, got {lr}")
@@ -209,8 +222,11 @@ class SOAP(Optimizer):
                 rotated = tuple(q is not None for q in state["Q"])
                 key = (state["step"], p.dtype, p.device, rotated, tuple(p.shape) if any(rotated) else None)
                 buckets.setdefault(key, []).append(p)
-            for params in buckets.values():
-                self._step_bucket(params, group)
+            for (*_, shape), params in buckets.items():
+                if shape is not None and len(params) == 1:  # a shape that does not repeat: nothing to batch
+                    self._step_parameter(params[0], group)
+                else:
+                    self._step_bucket(params, group)
         return loss
 
     def _step_parameter(self, p: Tensor, group: dict[str, Any]) -> None:
@@ -289,8 +305,11 @@ class SOAP(Optimizer):
         for k, q in enumerate(bases):
             if q is None:
                 continue
-            g_k = stacked_grads.movedim(k + 1, 1).reshape(len(params), q.shape[1], -1)
-            outer = g_k @ g_k.transpose(1, 2)
+            if stacked_grads.dim() == 3:  # G G^T or G^T G, transposes read in place
+                outer = stacked_grads @ stacked_grads.mT if k == 0 else stacked_grads.mT @ stacked_grads
+            else:
+                g_k = stacked_grads.movedim(k + 1, 1).reshape(len(params), q.shape[1], -1)
+                outer = g_k @ g_k.mT
             torch._foreach_lerp_([s["GG"][k] for s in states], list(outer.unbind(0)), 1.0 - shampoo_beta)
         if rotated and t % group["precondition_frequency"] == 0:
             self._refresh_bucket(states, bases)
