@@ -16,6 +16,8 @@ Sections (each can be chosen with ``--only``):
 - ``profile``: where the time of our DINO step goes, by torch.profiler (``profile_step.py``).
 - ``loader``: the pretraining loader's images/s per worker count against the step's demand
   (``loader_throughput.py``; the demand from ``pretrain`` when it runs in the same call).
+- ``compile``: a backbone's forward + backward eager, with each block compiled and compiled whole
+  (``compile_step.py``).
 - ``optim``: one optimizer step alone, for each ``optim.implementation`` of AdamW and SOAP
   (``optimizer_step.py``).
 
@@ -34,6 +36,7 @@ import torch
 
 from skipless.atomic import atomic_write
 
+from .compile_step import section_compile
 from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
@@ -45,7 +48,8 @@ from .table import markdown_table
 from .tokencut_solvers import bench_section
 from .train_step import section_train
 
-SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader")
+SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader",
+            "compile")
 
 
 def main() -> None:
@@ -102,6 +106,9 @@ def main() -> None:
     if "loader" in args.only:
         demand = max((r["images_per_s"] for r in results.get("pretrain", [])), default=None)
         results["loader"], text = section_loader(args.quick, demand)
+        print(text)
+    if "compile" in args.only:
+        results["compile"], text = section_compile(args.quick)
         print(text)
     if "optim" in args.only:
         results["optim"], text = section_optim(args.quick)

@@ -229,6 +229,17 @@ def test_loader_bench_measures_each_worker_count_against_the_demand(tmp_path):
     assert all(r["loader_over_demand"] is None for r in rows) and "not run here" in text
 
 
+def test_compile_bench_times_eager_and_both_compiled_ways():
+    from bench.compile_step import COLUMNS, WAYS, section_compile
+
+    rows, text = section_compile(arch="vit_tiny", size=32, batch=2, steps=1, depth=2)
+    assert [r["way"] for r in rows] == list(WAYS) and rows[0]["over_eager"] == 1.0
+    assert all(set(COLUMNS) <= set(r) and r["step_s"] > 0 for r in rows)
+    assert rows[0]["graphs"] == 0 and rows[2]["graphs"] == 1  # eager: none; whole: one graph
+    assert rows[1]["graphs"] == 2  # one per block: their drop-path rates differ
+    assert "over_eager" in text
+
+
 def test_our_side_runs_the_speed_keys_at_their_defaults_and_compiles_when_asked():
     from bench.side_by_side import our_config, sizes
     from skipless.config import load_config
