@@ -50,6 +50,9 @@ from .train_step import section_train
 
 SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader",
             "compile")
+# The sections that take only ``quick`` and return (result, the text to print), run last in this order.
+TEXT_SECTIONS = {"tokencut": bench_section, "conditioning": section_conditioning, "profile": section_profile,
+                 "compile": section_compile, "optim": section_optim}
 
 
 def main() -> None:
@@ -89,30 +92,19 @@ def main() -> None:
         print(f"\nprobe sweep ({len(r['lrs'])} lrs x {r['epochs']} epochs, {r['n_train']} train images, {r['backbone']}; "
               f"speed-up of the cache {r['speedup']:.1f}x):")
         print(markdown_table(rows, ["way", "sweep_s", "lr", "miou"]))
-    if "tokencut" in args.only:
-        results["tokencut"], text = bench_section(args.quick)
-        print(text)
-    if "conditioning" in args.only:
-        results["conditioning"], text = section_conditioning(args.quick)
-        print(text)
     if "official" in args.only:
         rows, text = section_official(args.dino_repo, args.quick)
         if rows is not None:
             results["official"] = rows
         print(text)
-    if "profile" in args.only:
-        results["profile"], text = section_profile(args.quick)
-        print(text)
     if "loader" in args.only:
         demand = max((r["images_per_s"] for r in results.get("pretrain", [])), default=None)
         results["loader"], text = section_loader(args.quick, demand)
         print(text)
-    if "compile" in args.only:
-        results["compile"], text = section_compile(args.quick)
-        print(text)
-    if "optim" in args.only:
-        results["optim"], text = section_optim(args.quick)
-        print(text)
+    for name, section in TEXT_SECTIONS.items():
+        if name in args.only:
+            results[name], text = section(args.quick)
+            print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     merged = merge_results(out, results)
