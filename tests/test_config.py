@@ -78,6 +78,10 @@ DEMO = {
     "model.init_args.beta": None, "model.init_args.c": None, "model.init_args.center_mlp": True,
     "model.alpha_min": None, "model.pos_embed_interp": "dino", "model.attention": "softmax", "model.global_pool": "avg",
     "model.drop_path_rate": 0.0, "model.lr.adamw": 5e-4, "model.lr.soap": 5e-4,
+    # added with the neighbouring architectures (issue 16): null / the model of before
+    "model.attention_args.k": None, "model.attention_args.basis": None, "model.attention_args.ns_steps": None,
+    "model.attention_args.alpha": None, "model.norm": "layernorm", "model.final_norm": True,
+    "model.token_graying.method": "none", "model.token_graying.eps": None,
     "dino.out_dim": 1024, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
     "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.02,
     "dino.teacher_temp": 0.02, "dino.warmup_teacher_temp_epochs": 0, "dino.center_momentum": 0.9,

@@ -113,9 +113,11 @@ def test_dynamic_image_size_accepts_global_and_local_crops():
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(arch="vit_huge"), "vit_tiny, vit_small, vit_base"),
     (dict(residual="none"), "skip, skipless, decayed, attn-skip, mlp-skip"),
-    (dict(init="xavier"), "timm, cutskip"),
-    (dict(attention="linear"), "softmax"),
+    (dict(init="lecun"), "timm, cutskip, xavier"),
+    (dict(attention="performer"), "softmax, linear"),
     (dict(pos_embed_interp="nearest"), "dino, timm"),
+    (dict(norm="rmsnorm"), "layernorm, none"),
+    (dict(token_graying={"method": "fft"}), "none, svd, dct"),
 ])
 def test_unknown_names_list_the_valid_choices(kwargs, needle):
     arch = kwargs.pop("arch", "vit_tiny")

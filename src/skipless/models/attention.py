@@ -1,4 +1,4 @@
-"""Multi-head softmax self-attention with two interchangeable paths.
+"""Multi-head self-attention: softmax with two interchangeable paths, and linear attention.
 
 The default path calls ``F.scaled_dot_product_attention`` so that FlashAttention / cuDNN kernels run
 on a GPU. The explicit path forms ``softmax(q k^T / sqrt(d_h))`` itself: it is what attention maps
@@ -6,7 +6,10 @@ need, and what forward-mode autodiff (``torch.func.jvp``, used by the Jacobian d
 since the fused kernels have no forward-mode derivative. Both paths use the same weights, so the
 choice is a run-time switch (``use_explicit_attention``), never a different model.
 
-Parameter names are timm's (``qkv``, ``proj``), so timm state dicts load unchanged.
+Parameter names are timm's (``qkv``, ``proj``), so timm state dicts load unchanged. Every attention
+class of ``ATTENTIONS`` states its own arguments once, in ``DEFAULTS``; ``create_vit`` fills the
+``attention_args`` a config leaves null from them and hands them to ``configure`` after timm built
+the module (timm's block builds attention layers from a class, with its own arguments only).
 """
 from __future__ import annotations
 
@@ -28,11 +31,17 @@ class SoftmaxAttention(Attention):
             forwards into ``captured`` (used by ``extract_features``); empty means record nothing.
     """
 
+    DEFAULTS: dict[str, object] = {}
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.explicit = False
         self.capture: set[str] = set()
         self.captured: dict[str, torch.Tensor] = {}
+        self.configure(**self.DEFAULTS)
+
+    def configure(self) -> None:
+        """Softmax attention takes no arguments beyond timm's."""
 
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
@@ -45,16 +54,8 @@ class SoftmaxAttention(Attention):
         q, k, v = qkv.unbind(0)  # (B, heads, N, d_h)
         q, k = self.q_norm(q), self.k_norm(k)
 
-        attn = None
-        if self.explicit or "attn" in self.capture:
-            attn = (q * self.scale) @ k.transpose(-2, -1)
-            attn = attn.softmax(dim=-1)
-        if self.explicit:
-            out = self.attn_drop(attn) @ v
-        else:
-            out = F.scaled_dot_product_attention(
-                q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0
-            )
+        attn = self.matrix(q, k) if self.explicit or "attn" in self.capture else None
+        out = self.attn_drop(attn) @ v if self.explicit else self.fused(q, k, v)
         if self.capture:
             found = {"q": q, "k": k, "v": v, "attn": attn}
             self.captured = {name: found[name] for name in self.capture}
@@ -63,6 +64,39 @@ class SoftmaxAttention(Attention):
         out = self.norm(out)
         out = self.proj(out)
         return self.proj_drop(out)
+
+    def matrix(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Each head's attention matrix ``A`` (B, heads, N, N)."""
+        return ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Each head's ``A V`` (B, heads, N, d_h) without forming ``A`` where a kernel can."""
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop.p if self.training else 0.0)
+
+
+class LinearAttention(SoftmaxAttention):
+    """Linear self-attention, ``(1/k) Q K^T V`` per head, no softmax (Ji et al., "Always Skip Attention",
+    Eq. 2 with a linear eta; its Table 2 uses k = 16 after its reference [26]). The scale is the constant
+    ``1/k``, not ``1/sqrt(d_h)``.
+
+    Without the matrix it is computed as ``Q (K^T V) / k``: the same product in O(N d_h^2) instead of
+    O(N^2 d_h). The explicit path forms ``A = Q K^T / k`` (attention maps, the diagnostics).
+    """
+
+    DEFAULTS: dict[str, object] = {"k": 16.0}
+
+    def configure(self, k: float = 16.0) -> None:
+        if not k > 0:
+            raise ValueError(f"linear attention needs k > 0, got {k}")
+        self.divisor = float(k)
+
+    def matrix(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return q @ k.transpose(-2, -1) / self.divisor
+
+    def fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.training and self.attn_drop.p > 0:  # dropout acts on A: form it
+            return self.attn_drop(self.matrix(q, k)) @ v
+        return q @ (k.transpose(-2, -1) @ v) / self.divisor
 
 
 @contextlib.contextmanager
@@ -92,4 +126,4 @@ def flash_attn_available() -> bool:
     return True
 
 
-ATTENTIONS: dict[str, type[nn.Module]] = {"softmax": SoftmaxAttention}
+ATTENTIONS: dict[str, type[SoftmaxAttention]] = {"softmax": SoftmaxAttention, "linear": LinearAttention}

@@ -8,8 +8,9 @@ Residual modes, with ``a``/``m`` the attention / MLP sub-blocks:
     attn-skip  x = x + a(norm1(x));        x = m(norm2(x))              (Ji et al., "Always Skip Attention")
     mlp-skip   x = a(norm1(x));            x = x + m(norm2(x))
 
-The norms stay in every mode: the paper keeps pre-LN and only removes the shortcut. Drop-path drops
-a branch and keeps the shortcut, so it has no meaning on a sub-block without one and is forced off.
+The norms stay in every mode unless ``norm="none"``: the paper keeps pre-LN and only removes the
+shortcut; the OSA-Transformer (seeds/004, Section 2) removes both, ``x = a(x); x = m(x)``. Drop-path
+drops a branch and keeps the shortcut, so it has no meaning on a sub-block without one and is forced off.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from timm.layers import DropPath
 from torch import nn
 
 RESIDUAL_MODES = ("skip", "skipless", "decayed", "attn-skip", "mlp-skip")
+NORMS = ("layernorm", "none")  # the blocks' pre-norms: timm's LayerNorm, or none (norm1, norm2 are identities)
 # The decayed mode's last shortcut gain, Zhang et al.'s value; configs leave it null to mean this.
 DEFAULT_ALPHA_MIN = 0.6
 
@@ -45,6 +47,8 @@ class ResidualBlock(Block):
             attention and the MLP sub-block. A non-persistent buffer: it follows the model across
             devices but stays out of the state dict (so a plain timm state dict loads unchanged);
             backbone files store ``alpha_min``, from which ``create_vit`` rebuilds the gains.
+        norm: one of ``NORMS``; ``"none"`` makes ``norm1`` and ``norm2`` identities (no parameters).
+        attention_args: passed to the attention module's ``configure`` (``attention.py``).
         Other arguments are timm's ``Block`` arguments.
     """
 
@@ -53,9 +57,16 @@ class ResidualBlock(Block):
         *args,
         residual: str = "skip",
         shortcut_gains: tuple[float, float] = (1.0, 1.0),
+        norm: str = "layernorm",
+        attention_args: dict | None = None,
         **kwargs,
     ) -> None:
+        if norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r}; expected one of {', '.join(NORMS)}")
+        if norm == "none":
+            kwargs["norm_layer"] = nn.Identity
         super().__init__(*args, **kwargs)
+        self.attn.configure(**(attention_args or {}))
         self.residual = residual
         self.attn_skip, self.mlp_skip = _skips(residual)
         if not self.attn_skip:

@@ -20,7 +20,9 @@ def vit_args(m: DictConfig) -> dict[str, Any]:
     extra = {} if m.depth is None else {"depth": int(m.depth)}
     return dict(arch=m.arch, residual=m.residual, init=m.init, attention=m.attention,
                 init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
-                global_pool=m.global_pool, pos_embed_interp=m.pos_embed_interp, **extra)
+                global_pool=m.global_pool, pos_embed_interp=m.pos_embed_interp,
+                attention_args=dict(m.attention_args), norm=m.norm, final_norm=bool(m.final_norm),
+                token_graying=dict(m.token_graying), **extra)
 
 
 def vit_from_config(m: DictConfig, drop_path_rate: float = 0.0) -> SkiplessViT:

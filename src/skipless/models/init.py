@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-INITS = ("timm", "cutskip")
+INITS = ("timm", "cutskip", "xavier")
 
 
 def paper_matrices(attn: nn.Module) -> dict[str, torch.Tensor]:
@@ -153,3 +153,32 @@ def zero_output_projections_(model: nn.Module) -> None:
             lin.weight.zero_()
             if lin.bias is not None:
                 lin.bias.zero_()
+
+
+@torch.no_grad()
+def xavier_init_(model: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every block's attention and MLP: the ViT baselines
+    of the OSA paper (seeds/004, Appendix E). The fused ``qkv`` weight is three d x d matrices, each
+    drawn with its own bound ``sqrt(6 / (d + d))`` (as timm's jax-style init treats it), not one
+    3d x d matrix. Draws from torch's global generator, as timm's own init does."""
+    for block in model.blocks:
+        for lin in (block.attn.qkv, block.attn.proj, block.mlp.fc1, block.mlp.fc2):
+            rows, cols = lin.weight.shape
+            parts = 3 if lin is block.attn.qkv else 1
+            bound = math.sqrt(6.0 / (rows // parts + cols))
+            lin.weight.uniform_(-bound, bound)
+            if lin.bias is not None:
+                lin.bias.zero_()
+
+
+def apply_init_(model: nn.Module, init: str, init_args: dict, residual: str) -> None:
+    """The initialisation ``create_vit`` names, after timm's own: ``timm`` keeps it, ``cutskip`` and
+    ``xavier`` overwrite the blocks; the decayed mode then zeroes the output projections (Zhang et al.)."""
+    if init == "cutskip":
+        cutskip_init_(model, **init_args)
+    elif init == "xavier":
+        xavier_init_(model)
+    elif init != "timm":
+        raise ValueError(f"unknown init {init!r}; expected one of {', '.join(INITS)}")
+    if residual == "decayed":
+        zero_output_projections_(model)

@@ -6,23 +6,30 @@ state dict (for example DINO's released ViT-S/16) loads into the ``skip`` model 
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
 from timm.models.vision_transformer import VisionTransformer
+from torch import nn
 
 from .attention import ATTENTIONS
 from ..errors import ModelArgumentError
-from .block import DEFAULT_ALPHA_MIN, RESIDUAL_MODES, ResidualBlock, decayed_gains
-from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, zero_output_projections_
+from .block import DEFAULT_ALPHA_MIN, NORMS, RESIDUAL_MODES, ResidualBlock, decayed_gains
+from .init import CUTSKIP_DEFAULTS, INITS, apply_init_
 from .pos_embed import POS_EMBED_INTERPS, resample_pos_embed
+from .token_graying import DEFAULT_EPS, GRAYING_METHODS, GrayedPatchEmbed, check_graying
 
 # Architectures by name (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti/S).
 ARCHS: dict[str, dict[str, int]] = {
     "vit_tiny": dict(embed_dim=192, depth=12, num_heads=3),
     "vit_small": dict(embed_dim=384, depth=12, num_heads=6),
     "vit_base": dict(embed_dim=768, depth=12, num_heads=12),
+    # The OSA paper's MNIST transformer (seeds/004, Appendix E: 6 blocks, d 64, 4 heads; patch 4 there).
+    "vit_micro": dict(embed_dim=64, depth=6, num_heads=4),
 }
+# Initialisations that write the attention weights, and the attentions whose weights they know.
+INIT_ATTENTIONS: dict[str, tuple[str, ...]] = {"cutskip": ("softmax", "linear"), "osa": ("osa",)}
 
 
 def _check_choice(kind: str, value: str, choices) -> None:
@@ -81,6 +88,10 @@ def create_vit(
     init_args: dict[str, float] | None = None,
     alpha_min: float | None = None,
     pos_embed_interp: str = "dino",
+    attention_args: dict[str, Any] | None = None,
+    norm: str = "layernorm",
+    final_norm: bool = True,
+    token_graying: dict[str, Any] | None = None,
     **overrides: Any,
 ) -> SkiplessViT:
     """Build a ViT of the skipless family.
@@ -88,8 +99,14 @@ def create_vit(
     Args:
         arch: ``vit_tiny`` | ``vit_small`` | ``vit_base`` (patch 16 unless ``patch_size`` is overridden).
         residual: ``skip`` | ``skipless`` | ``decayed`` | ``attn-skip`` | ``mlp-skip`` (see ``block.py``).
-        init: ``timm`` (truncated normal) | ``cutskip`` (the paper's Section 5, after timm's init).
-        attention: ``softmax``.
+        init: ``timm`` (truncated normal) | ``cutskip`` (the paper's Section 5, after timm's init) |
+            ``xavier`` (Xavier-uniform attention and MLP weights, zero biases: the OSA paper's ViT
+            baselines, seeds/004 Appendix E) | ``osa`` (seeds/004 Appendix C, for ``attention="osa"``).
+        attention: ``softmax`` | ``linear`` (seeds/003's ``(1/k) Q K^T V``) | ``osa`` (seeds/004's
+            orthogonal ``exp(S)``); see ``attention.py``.
+        attention_args: the chosen attention's arguments (``ATTENTIONS[attention].DEFAULTS``: ``k`` for
+            linear; ``basis``, ``ns_steps``, ``alpha`` for osa); a missing or None entry takes the
+            default; an argument of another attention is refused.
         init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` and ``center_mlp`` (see
             ``init.center_mlp_``); a missing or None entry takes ``init.CUTSKIP_DEFAULTS``, the paper's
             DINO ViT-S values.
@@ -100,6 +117,10 @@ def create_vit(
             and DINO's released weights then give DINO's own outputs) or ``timm`` (timm's antialiased
             resample; what backbone files written before this argument were trained with). Both are
             the identity at the native size. See ``pos_embed.py`` for how much they differ.
+        norm: ``layernorm`` | ``none``: the blocks' pre-norms (``none``: the OSA-Transformer's blocks).
+        final_norm: the LayerNorm after the last block (``norm``, or ``fc_norm`` with average pooling).
+        token_graying: ``{"method": "none" | "svd" | "dct", "eps": 0.95}`` (seeds/003, Algorithms 1-2):
+            applied to each image's patch matrix inside the patch embedding (``token_graying.py``).
         overrides: timm ``VisionTransformer`` arguments, e.g. ``patch_size``, ``img_size``,
             ``drop_path_rate``, ``num_classes``, ``depth``.
 
@@ -113,6 +134,20 @@ def create_vit(
     _check_choice("init", init, INITS)
     _check_choice("attention", attention, ATTENTIONS)
     _check_choice("pos_embed_interp", pos_embed_interp, POS_EMBED_INTERPS)
+    _check_choice("norm", norm, NORMS)
+    if init in INIT_ATTENTIONS and attention not in INIT_ATTENTIONS[init]:
+        raise ModelArgumentError(
+            f"init={init} cannot initialise attention={attention}: it is written for attention "
+            f"{' or '.join(INIT_ATTENTIONS[init])}; expected init "
+            f"{' or '.join(['timm', 'xavier'] + [i for i, a in INIT_ATTENTIONS.items() if attention in a])}")
+    attention_args = _attention_args(attention, attention_args)
+    graying = {"method": "none", "eps": DEFAULT_EPS,
+               **{k: v for k, v in (token_graying or {}).items() if v is not None}}
+    if set(graying) != {"method", "eps"}:
+        raise ModelArgumentError(f"unknown token_graying keys {sorted(set(graying) - {'method', 'eps'})}; "
+                                 "expected method and eps")
+    _check_choice("token graying method", graying["method"], GRAYING_METHODS)
+    check_graying(graying["method"], float(graying["eps"]))
     given = {k: v for k, v in (init_args or {}).items() if v is not None}
     unknown = set(given) - set(CUTSKIP_DEFAULTS)
     if unknown:
@@ -132,19 +167,35 @@ def create_vit(
 
     def block_fn(**block_kwargs):
         i = next(blocks)
-        return ResidualBlock(residual=residual, shortcut_gains=tuple(gains[i].tolist()), **block_kwargs)
+        return ResidualBlock(residual=residual, shortcut_gains=tuple(gains[i].tolist()), norm=norm,
+                             attention_args=attention_args, **block_kwargs)
 
+    if graying["method"] != "none":
+        kwargs["embed_layer"] = partial(GrayedPatchEmbed, graying_method=graying["method"],
+                                        graying_eps=float(graying["eps"]))
     model = SkiplessViT(block_fn=block_fn, attn_layer=ATTENTIONS[attention], pos_embed_interp=pos_embed_interp,
                         **kwargs)
-    if init == "cutskip":
-        cutskip_init_(model, **init_args)
-    if residual == "decayed":
-        zero_output_projections_(model)
+    if not final_norm:
+        model.norm, model.fc_norm = nn.Identity(), nn.Identity()
+    apply_init_(model, init, init_args, residual)
     model.skipless_args = dict(
         arch=arch, residual=residual, init=init, attention=attention,
-        init_args=init_args, alpha_min=alpha_min, pos_embed_interp=pos_embed_interp, **overrides,
+        init_args=init_args, alpha_min=alpha_min, pos_embed_interp=pos_embed_interp,
+        attention_args=attention_args, norm=norm, final_norm=bool(final_norm), token_graying=graying, **overrides,
     )
     return model
+
+
+def _attention_args(attention: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The attention's ``DEFAULTS`` overridden by the non-None entries of ``given``; entries that
+    belong to no argument of this attention are refused (they would be silently ignored)."""
+    defaults = ATTENTIONS[attention].DEFAULTS
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ModelArgumentError(f"attention_args {unknown} do not apply to attention={attention}; it takes "
+                                 f"{', '.join(defaults) or 'no arguments'} (leave the others null)")
+    return {**defaults, **given}
 
 
 def backbone_args(model: SkiplessViT) -> dict[str, Any]:
