@@ -124,14 +124,18 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
         "ambiguous_percent": {str(b): v for b, v in ambiguous.items()},
         "seconds_per_image": {"total": (result.seconds_features + result.seconds_ncut) / n,
                               "features": result.seconds_features / n, "ncut": result.seconds_ncut / n},
-        "boxes": f"{stem}-boxes.csv", "figure": f"{stem}.png", "date": time.strftime("%Y-%m-%d %H:%M"),
+        "boxes": f"{stem}-boxes.csv", "figure": f"{stem}.png" if result.examples else None,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
     }
     write_text(out / f"{stem}.json", json.dumps(summary, indent=1) + "\n")
     write_boxes_csv(result, out / f"{stem}-boxes.csv")
-    shown = best if best is not None else result.blocks[-1]
-    score = f"CorLoc {scores[shown]:.1f}" if best is not None else f"undefined ({ambiguous[shown]:.0f}% ambiguous graphs)"
-    fig = draw_examples(result, shown, f"{result.spec.name}, {cfg.dataset}, block {shown} ({cfg.feature}): {score}")
-    fig.savefig(out / f"{stem}.png", dpi=80)
+    fig = None
+    if result.examples:  # figure_images=0: no figure
+        shown = best if best is not None else result.blocks[-1]
+        score = (f"CorLoc {scores[shown]:.1f}" if best is not None
+                 else f"undefined ({ambiguous[shown]:.0f}% ambiguous graphs)")
+        fig = draw_examples(result, shown, f"{result.spec.name}, {cfg.dataset}, block {shown} ({cfg.feature}): {score}")
+        fig.savefig(out / f"{stem}.png", dpi=80)
     with SummaryWriter(str(out / "tb")) as writer:
         for b, v in scores.items():
             if b not in undefined:
@@ -140,7 +144,8 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
         if best is not None:
             writer.add_scalar(f"{stem}/best_corloc", scores[best], 0)
         writer.add_scalar(f"{stem}/seconds_per_image", summary["seconds_per_image"]["total"], 0)
-        writer.add_figure(f"{stem}/boxes", fig, 0)  # closes the figure
+        if fig is not None:
+            writer.add_figure(f"{stem}/boxes", fig, 0)  # closes the figure
     return summary
 
 
