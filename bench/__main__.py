@@ -20,6 +20,8 @@ Sections (each can be chosen with ``--only``):
   (``compile_step.py``).
 - ``optim``: one optimizer step alone, for each ``optim.implementation`` of AdamW and SOAP
   (``optimizer_step.py``).
+- ``variants``: a supervised step with linear attention, OSA and SVD / DCT token graying against
+  softmax attention, and the graying alone (``attention_variants.py``).
 
 The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
 ``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
@@ -36,6 +38,7 @@ import torch
 
 from skipless.atomic import atomic_write
 
+from .attention_variants import section_variants
 from .compile_step import section_compile
 from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
@@ -49,10 +52,10 @@ from .tokencut_solvers import bench_section
 from .train_step import section_train
 
 SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader",
-            "compile")
+            "compile", "variants")
 # The sections that take only ``quick`` and return (result, the text to print), run last in this order.
 TEXT_SECTIONS = {"tokencut": bench_section, "conditioning": section_conditioning, "profile": section_profile,
-                 "compile": section_compile, "optim": section_optim}
+                 "compile": section_compile, "optim": section_optim, "variants": section_variants}
 
 
 def main() -> None:

@@ -52,6 +52,21 @@ def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
                                                                         / by[("skip", "adamw")]["step_s"])
 
 
+def test_variants_bench_times_each_variant_against_softmax_and_the_graying_alone():
+    from bench.attention_variants import section_variants
+
+    variants = {"softmax": [], "linear": ["model.attention=linear"], "dct": ["model.token_graying.method=dct"]}
+    tiny = ["model.arch=vit_tiny", "model.depth=1", "aug.image_size=32", "train.batch_size_per_device=4"]
+    result, text = section_variants(True, variants=variants, overrides=tiny, steps=2, warmup=1)
+    rows = result["steps"]
+    assert [r["variant"] for r in rows] == list(variants) and rows[0]["over_softmax"] == 1.0
+    for r in rows:
+        assert r["batch"] == 4 and r["image_px"] == 32 and r["step_s"] > 0
+        assert r["over_softmax"] == pytest.approx(r["step_s"] / rows[0]["step_s"])
+    assert [(r["method"], r["batch"], r["image_px"]) for r in result["graying_alone"]] == [("svd", 4, 32), ("dct", 4, 32)]
+    assert all(r["seconds"] > 0 for r in result["graying_alone"]) and "over_softmax" in text
+
+
 # ---- the official DINO step side by side, against a fake checkout written here -----------------------------
 # CI has no facebookresearch/dino checkout: these small modules expose the names the bench calls, and log
 # each call to a file, so the tests check the glue (which functions it calls, how often, what it reports).
