@@ -105,3 +105,11 @@ def test_an_unknown_dataset_is_one_sentence_that_lists_digits(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert code == 1 and "mnist" in err and "digits" in err and err.count("\n") == 0, err
         assert not root.exists()
+
+
+def test_knn_and_linear_read_the_digits_at_28_px_as_they_are():
+    """A digits backbone (patch 4, positions learned at 28 px) is evaluated at its own size, not DINO's 224."""
+    from eval.global_eval import image_sizes
+
+    for entry in ("knn", "linear"):
+        assert image_sizes(load_config(entry, ["dataset=digits"])) == (28, 28)
