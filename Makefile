@@ -50,7 +50,8 @@ help: ## list targets and variables
 	@sed -n '/^defaults:/,/^$$/{/^$$/!p}' configs/pretrain.yaml | sed 's/^/    /'
 	@echo "Other variables:"
 	@echo "make train takes the same MODEL= OPT= GPUS= NODES= RESUME= ARGS=, and DATA=$(call choices,dataset)"
-	@echo "  RECIPE=$(call choices,train-recipe) (defaults: configs/train.yaml, the paper's Section 6.1 recipe)"
+	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-digits on digits, else paper:"
+	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
 	@echo "       or a classification dataset (knn, linear: default and the readers of skipless/data/classification.py)"
@@ -76,7 +77,7 @@ data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs
 pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
-train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet RECIPE= GPUS= RESUME= ARGS=
+train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=

@@ -82,6 +82,7 @@ DEMO = {
     "model.attention_args.k": None, "model.attention_args.basis": None, "model.attention_args.ns_steps": None,
     "model.attention_args.alpha": None, "model.norm": "layernorm", "model.final_norm": True,
     "model.token_graying.method": "none", "model.token_graying.eps": None,
+    "model.img_size": None,  # added with the digits recipe: null = create_vit's 224, the model of before
     "dino.out_dim": 1024, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
     "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.02,
     "dino.teacher_temp": 0.02, "dino.warmup_teacher_temp_epochs": 0, "dino.center_momentum": 0.9,
@@ -219,6 +220,19 @@ def test_null_model_keys_build_the_papers_values():
                                    "model.init_args.alpha=2", "model.alpha_min=0.5"])
     args = backbone_factory(cfg, 0.0).skipless_args
     assert args["init_args"]["alpha"] == 2 and args["init_args"]["beta"] == 1.0 and args["alpha_min"] == 0.5
+
+
+@pytest.mark.parametrize("entry", ["pretrain", "train"])
+def test_model_img_size_sets_the_learned_position_table_and_null_keeps_224(entry):
+    """model.img_size: the positions are learned for that size's patch grid (one per token, used as they
+    are at that size); null leaves the argument out, so a backbone is built and stored as before (224)."""
+    from skipless.models.from_config import vit_from_config
+
+    tiny = ["model.arch=vit_micro", "model.depth=1", "model.patch_size=4"]
+    native = vit_from_config(load_config(entry, [*tiny, "model.img_size=28"]).model)
+    assert native.pos_embed.shape == (1, 1 + 7 * 7, 64) and native.skipless_args["img_size"] == 28
+    default = vit_from_config(load_config(entry, tiny).model)
+    assert default.pos_embed.shape == (1, 1 + 56 * 56, 64) and "img_size" not in default.skipless_args
 
 
 def test_nan_and_inf_on_the_command_line_are_floats():

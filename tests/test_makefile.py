@@ -57,3 +57,17 @@ def test_make_train_maps_each_variable_set_onto_its_key():
                      "train.num_nodes=2", "run.resume=true", "train.epochs=200"]
     # the evaluators' DATASET= names the same thing
     assert dry_run("train", "DATASET=tiny-imagenet").split()[3:] == ["dataset=tiny-imagenet"]
+
+
+def test_make_train_maps_digits_and_its_recipe_and_help_lists_every_dataset():
+    words = dry_run("train", "DATA=digits", "RECIPE=osa-digits").split()[3:]
+    assert words == ["dataset=digits", "train-recipe=osa-digits"]
+    datasets = {p.stem for p in (ROOT / "configs" / "dataset").glob("*.yaml")}
+    assert "digits" in datasets
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    target = next(line for line in out.splitlines() if line.strip().startswith("make train"))
+    variables = next(line for line in out.splitlines() if line.startswith("make train takes"))
+    for line in (target, variables):  # the target's own list is written by hand: it must not fall behind
+        listed = line.split("DATA=")[1].split()[0].split("|")
+        assert set(listed) == datasets, line
+    assert "RECIPE=demo|osa-digits|paper " in out

@@ -9,7 +9,8 @@ label) instead, counts the skip and warns once per file; ``read(index)`` is the 
 callers that would rather leave the image out (the evaluators' feature extraction).
 
 The readers of each layout live in their own modules and register here (``imagenet.py``,
-``cifar.py`` for ``cifar10`` / ``cifar100``, ``tiny_imagenet.py``); the embedded default
+``cifar.py`` for ``cifar10`` / ``cifar100``, ``tiny_imagenet.py``, ``digits.py`` for scikit-learn's
+8 x 8 digits upsampled to 28 x 28, which need no folder); the embedded default
 (``default``) labels each generated scene with its dominant object class (10 classes), as the
 k-NN monitor of pretraining does.
 """
@@ -129,4 +130,4 @@ def classification_split(name: str, root: str | os.PathLike, split: str,
 # The readers of the real layouts register themselves in READERS when imported; importing them here
 # (after READERS and LabelledImages exist, which they import back) makes every name available to
 # whoever imports this module alone, and works whichever module is imported first.
-from . import cifar, imagenet, tiny_imagenet  # noqa: E402,F401
+from . import cifar, digits, imagenet, tiny_imagenet  # noqa: E402,F401

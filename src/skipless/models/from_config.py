@@ -18,6 +18,8 @@ from .vit import SkiplessViT, create_vit
 def vit_args(m: DictConfig) -> dict[str, Any]:
     """The ``create_vit`` keyword arguments (``arch`` included) of a ``model:`` section."""
     extra = {} if m.depth is None else {"depth": int(m.depth)}
+    if m.img_size is not None:  # null keeps create_vit's 224, and backbone files without the argument
+        extra["img_size"] = int(m.img_size)
     return dict(arch=m.arch, residual=m.residual, init=m.init, attention=m.attention,
                 init_args=dict(m.init_args), alpha_min=m.alpha_min, patch_size=m.patch_size,
                 global_pool=m.global_pool, pos_embed_interp=m.pos_embed_interp,

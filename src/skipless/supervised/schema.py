@@ -37,7 +37,7 @@ RULES.update({
     "aug.mixup_prob": UNIT,
     "aug.mixup_switch_prob": UNIT,
     "aug.label_smoothing": number(0, 1, high_open=True),
-    "aug.eval_crop_pct": number(0, 1, low_open=True),
+    "aug.eval_crop_pct": number(0, 1, low_open=True, high_open=False),  # 1: the whole image, no crop
     "train.val_every_n_epochs": integer(1),
     "train.limit_val_batches": pretrain_schema.RULES["train.limit_train_batches"],
 })

@@ -57,6 +57,7 @@ RULES: dict[str, Rule] = {
     "model.arch": NAME,  # create_vit refuses unknown names, listing the known ones
     "model.patch_size": POSITIVE_INT,
     "model.depth": optional(POSITIVE_INT),
+    "model.img_size": optional(POSITIVE_INT),
     "model.residual": NAME,
     "model.init": NAME,
     "model.init_args.alpha": optional(REAL),
