@@ -21,6 +21,9 @@ OUT ?=
 GPUS ?=
 NODES ?=
 RESUME ?=
+EXP ?=
+SCALE ?=
+DRY ?=
 ARGS ?=
 
 # Optional keys are passed only when set, so the YAML defaults stay in charge.
@@ -35,7 +38,7 @@ TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain train probe tokencut pca conditioning knn linear bench tensorboard test clean
+.PHONY: help setup data pretrain train probe tokencut pca conditioning knn linear paper bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -61,6 +64,7 @@ help: ## list targets and variables
 	@echo "       released weights:"
 	@echo "       CKPT=dino_deitsmall16_pretrain.pth:vit_small (a state dict + its arch) or CKPT=timm:<cached timm name>"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
+	@echo "  EXP=$(call choices,experiments) (make paper: configs/experiments/)   SCALE=demo|full   DRY=1 (list the jobs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
 
 $(STAMP): pyproject.toml
@@ -98,6 +102,9 @@ knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATASE
 
 linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features (DINO): DATASET= CKPT= ARGS=
 	$(PY) -m eval.linear $(call opt,dataset,$(DATASET)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
+
+paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|full DRY=1 ARGS=
+	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)

@@ -71,3 +71,9 @@ def test_make_train_maps_digits_and_its_recipe_and_help_lists_every_dataset():
         listed = line.split("DATA=")[1].split()[0].split("|")
         assert set(listed) == datasets, line
     assert "RECIPE=demo|osa-digits|paper " in out
+
+
+def test_make_paper_maps_exp_scale_and_dry():
+    assert dry_run("paper").split() == ["python", "-m", "paper"]
+    words = dry_run("paper", "EXP=table2", "SCALE=full", "DRY=1", "ARGS=cluster=local").split()
+    assert words[3:] == ["exp=table2", "scale=full", "dry_run=true", "cluster=local"]

@@ -1,0 +1,200 @@
+"""An experiment file (``configs/experiments/<name>.yaml``) and the jobs it means at one scale.
+
+An experiment is what a paper table or figure needs: trainings (``runs``: a matrix of ``make
+pretrain`` or ``make train`` cells), evaluations of their checkpoints (``evaluations``: a matrix of
+evaluator cells, each run on every run and checkpoint epoch), how the report lays the numbers out,
+and the paper's numbers. Every cell is plain config overrides, the ``key=value`` words a user would
+type, so each job is a command that could be typed by hand (the report lists them).
+
+Axes map a cell's value to its overrides, either for every scale (a list) or per scale (a mapping
+``{scale: list}``); a value a scale does not list is not run at that scale (the demo has no COCO-Stuff,
+say) and the report marks its cells so. ``scales`` adds overrides to every cell at a scale, ``epochs``
+names the checkpoints evaluated (each run exports ``backbone-epoch<N>.pt`` at those epochs).
+
+The file is checked whole before anything runs: a wrong key, an unknown entry point, an axis value
+without overrides or a report naming an axis that does not exist is one sentence, saying what was
+expected.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from skipless.config import CONFIG_DIR
+from skipless.errors import SkiplessError
+
+EXPERIMENT_DIR = CONFIG_DIR / "experiments"
+SCALES = ("demo", "full")
+RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train"}
+EVAL_ENTRIES = {name: f"eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear")}
+REPORT_KINDS = ("table", "curve", "images")
+_TOP = {"title", "source", "runs", "evaluations", "report"}
+_RUNS = {"entry", "axes", "scales", "epochs"}
+_EVAL = {"entry", "axes", "scales", "result", "metric"}
+_REPORT = {"kind", "title", "evaluation", "metric", "rows", "columns", "lines", "epoch", "reference", "images"}
+
+
+class ExperimentError(SkiplessError, ValueError):
+    """An experiment name or file that cannot be run as written."""
+
+
+def known_experiments(folder: Path = EXPERIMENT_DIR) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One dimension of a matrix: ``values`` in file order, each value's overrides per scale (None:
+    not run at that scale)."""
+
+    name: str
+    overrides: dict[str, dict[str, list[str] | None]]  # value -> scale -> overrides
+
+    @property
+    def values(self) -> list[str]:
+        return list(self.overrides)
+
+    def at(self, value: str, scale: str) -> list[str] | None:
+        return self.overrides[value][scale]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """A set of cells: the product of ``axes``, ``scales`` overrides added to every cell."""
+
+    entry: str
+    axes: tuple[Axis, ...]
+    scales: dict[str, list[str]]
+
+    def cells(self, scale: str) -> list[tuple[dict[str, str], list[str] | None]]:
+        """Every cell as ``(labels, overrides)``, overrides None where the scale does not run it."""
+        out = []
+        for values in itertools.product(*(a.values for a in self.axes)):
+            labels = {a.name: v for a, v in zip(self.axes, values)}
+            parts = [a.at(v, scale) for a, v in zip(self.axes, values)]
+            overrides = None if any(p is None for p in parts) else [*self.scales.get(scale, []), *itertools.chain(*parts)]
+            out.append((labels, overrides))
+        return out
+
+
+@dataclass(frozen=True)
+class Evaluation(Matrix):
+    result: str = ""  # glob of the result JSON under the evaluator's out folder
+    metric: str | None = None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    source: str
+    runs: Matrix
+    epochs: dict[str, list[int]]
+    evaluations: dict[str, Evaluation]
+    report: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _fail(where: str, what: str) -> ExperimentError:
+    return ExperimentError(f"{where}: {what}")
+
+
+def _keys(node: Any, allowed: set[str], where: str, required: set[str] = frozenset()) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        raise _fail(where, f"expected a mapping with keys {', '.join(sorted(allowed))}, got {type(node).__name__}")
+    unknown = sorted(set(node) - allowed)
+    if unknown:
+        raise _fail(where, f"unknown keys {unknown}; expected some of {', '.join(sorted(allowed))}")
+    missing = sorted(required - set(node))
+    if missing:
+        raise _fail(where, f"missing keys {missing}")
+    return node
+
+
+def _overrides(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and re.fullmatch(r"[\w.\-]+=.*", v) for v in value):
+        raise _fail(where, f"expected a list of key=value overrides, got {value!r}")
+    return list(value)
+
+
+def _per_scale(value: Any, where: str) -> dict[str, list[str] | None]:
+    """A list (every scale) or ``{scale: list}`` (the scales not named: None)."""
+    if isinstance(value, dict):
+        bad = sorted(set(value) - set(SCALES))
+        if bad:
+            raise _fail(where, f"unknown scales {bad}; expected {' and/or '.join(SCALES)}")
+        return {s: (_overrides(value[s], f"{where}.{s}") if s in value else None) for s in SCALES}
+    overrides = _overrides(value, where)
+    return {s: overrides for s in SCALES}
+
+
+def _matrix(node: dict[str, Any], entries: dict[str, str], where: str) -> tuple[str, tuple[Axis, ...], dict]:
+    entry = node.get("entry")
+    if entry not in entries:
+        raise _fail(f"{where}.entry", f"unknown entry {entry!r}; expected one of {', '.join(entries)}")
+    axes_node = node.get("axes") or {}
+    if not isinstance(axes_node, dict):
+        raise _fail(f"{where}.axes", "expected a mapping of axis name -> {value: overrides}")
+    axes = []
+    for name, values in axes_node.items():
+        if not isinstance(values, dict) or not values:
+            raise _fail(f"{where}.axes.{name}", "expected a non-empty mapping of value -> overrides")
+        axes.append(Axis(str(name), {str(v): _per_scale(o, f"{where}.axes.{name}.{v}") for v, o in values.items()}))
+    scales = _keys(node.get("scales") or {}, set(SCALES), f"{where}.scales")
+    return entry, tuple(axes), {s: _overrides(v, f"{where}.scales.{s}") for s, v in scales.items()}
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, (DictConfig, ListConfig)) else node
+
+
+def load_experiment(name: str, folder: Path = EXPERIMENT_DIR) -> Experiment:
+    """The experiment ``configs/experiments/<name>.yaml``, checked whole (``ExperimentError``)."""
+    path = Path(folder) / f"{name}.yaml"
+    if not path.is_file():
+        raise ExperimentError(f"unknown experiment {name!r}; expected one of: {', '.join(known_experiments(folder))}")
+    where = f"{path.name}"
+    node = _keys(_plain(OmegaConf.load(path)), _TOP, where, {"title", "runs"})
+    runs_node = _keys(node["runs"], _RUNS, f"{where}: runs", {"entry"})
+    entry, axes, scales = _matrix(runs_node, RUN_ENTRIES, f"{where}: runs")
+    epochs = _keys(runs_node.get("epochs") or {}, set(SCALES), f"{where}: runs.epochs")
+    for scale, listed in epochs.items():
+        if not (isinstance(listed, list) and listed and all(isinstance(e, int) and e >= 1 for e in listed)):
+            raise _fail(f"{where}: runs.epochs.{scale}", f"expected a list of positive epochs, got {listed!r}")
+    evaluations = {}
+    for ev_name, ev in (node.get("evaluations") or {}).items():
+        at = f"{where}: evaluations.{ev_name}"
+        ev = _keys(ev, _EVAL, at, {"entry", "result"})
+        ev_entry, ev_axes, ev_scales = _matrix(ev, EVAL_ENTRIES, at)
+        evaluations[str(ev_name)] = Evaluation(ev_entry, ev_axes, ev_scales, result=str(ev["result"]),
+                                               metric=ev.get("metric"))
+    experiment = Experiment(name, str(node["title"]), str(node.get("source", "")), Matrix(entry, axes, scales),
+                            {s: list(v) for s, v in epochs.items()}, evaluations, list(node.get("report") or []))
+    _check_report(experiment, where)
+    return experiment
+
+
+def axis_names(experiment: Experiment, evaluation: str) -> list[str]:
+    """The labels a result of ``evaluation`` carries: the runs' axes, ``epoch``, the evaluation's axes."""
+    return ([a.name for a in experiment.runs.axes] + ["epoch"]
+            + [a.name for a in experiment.evaluations[evaluation].axes])
+
+
+def _check_report(experiment: Experiment, where: str) -> None:
+    for i, item in enumerate(experiment.report):
+        at = f"{where}: report[{i}]"
+        item = _keys(item, _REPORT, at, {"kind", "evaluation"})
+        if item["kind"] not in REPORT_KINDS:
+            raise _fail(f"{at}.kind", f"unknown kind {item['kind']!r}; expected one of {', '.join(REPORT_KINDS)}")
+        if item["evaluation"] not in experiment.evaluations:
+            raise _fail(f"{at}.evaluation", f"unknown evaluation {item['evaluation']!r}; expected one of "
+                        f"{', '.join(experiment.evaluations) or '(none defined)'}")
+        names = set(axis_names(experiment, item["evaluation"]))
+        for key in ("rows", "columns", "lines"):
+            bad = [a for a in item.get(key) or [] if a not in names]
+            if bad:
+                raise _fail(f"{at}.{key}", f"unknown axes {bad}; expected some of {', '.join(sorted(names))}")

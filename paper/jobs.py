@@ -1,0 +1,242 @@
+"""The jobs of an experiment at one scale, what each one's "done" means, and running one.
+
+A job is one command (``python -m skipless.pretrain key=value ...`` or ``python -m eval.probe ...``).
+Its identity is the *resolved* config it runs (``load_config`` of its entry with its overrides, the
+keys that only say where things go left out): a job is done when its marker (``jobs/...json``)
+records that same config hash and its outputs exist. An edited
+recipe or experiment file changes the hash, so the job runs again, and it runs into a new folder (a
+training run's folder ends with its hash), so one run never overwrites another.
+
+What survives a kill: a training run that has a ``last.ckpt`` continues from it (``run.resume=true``,
+exact resume); one killed before its first checkpoint is moved aside (``<folder>.incomplete-<time>``)
+and starts again; an evaluation starts again in its own output folder. Done jobs are never rerun.
+
+Training runs are shared by the experiments of a scale: the same config is the same folder, so
+Table 2's runs serve Tables 5-6 too. Layout of ``runs/paper/<scale>/`` (paths in a ``Job`` are
+relative to it)::
+
+    runs/<cell>-<hash>/           the training runs (run.root), each a normal run folder
+    jobs/runs/<cell>-<hash>.json  their markers: status, config hash, command, seconds, error
+    logs/runs/<cell>-<hash>.log   their output
+    <experiment>/evals/<job>/     each evaluation's out= folder (<backbone>/<result>.json ...)
+    <experiment>/jobs/<job>.json  the evaluations' markers
+    <experiment>/logs/<job>.log
+    <experiment>/report.md, figures/   the report (``report.py``)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skipless.atomic import atomic_write
+from skipless.config import leaf_values, load_config
+
+from .experiment import EVAL_ENTRIES, RUN_ENTRIES, Experiment
+
+# Keys that say where a job writes or how it reports, not what it computes: left out of its identity.
+PLACE_KEYS = ("run.name", "run.root", "run.resume", "out", "runs_root", "progress")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command of an experiment.
+
+    ``name``: unique in the experiment. ``labels``: the axis values of its cell (runs' axes, and for
+    evaluations ``epoch`` and the evaluation's axes). ``depends``: the jobs that must be done first (an
+    evaluation's training run). Paths are relative to the scale folder: ``marker`` and ``log``;
+    ``outputs``, files that exist once it is done; ``result``, an evaluation's result glob.
+    """
+
+    name: str
+    kind: str  # "run" or "eval"
+    entry: str
+    overrides: tuple[str, ...]
+    labels: dict[str, str]
+    config_hash: str
+    marker: str
+    log: str
+    depends: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    result: str | None = None
+    evaluation: str | None = None
+    run_dir: str | None = None  # a training job's run folder
+
+    @property
+    def module(self) -> str:
+        return {**RUN_ENTRIES, **EVAL_ENTRIES}[self.entry]
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", self.module, *self.overrides]
+
+    def shown(self) -> str:
+        """The command as a user types it."""
+        return " ".join(["python -m", self.module, *(_quote(o) for o in self.overrides)])
+
+
+def _quote(word: str) -> str:
+    return f'"{word}"' if any(c in word for c in " []{}") else word
+
+
+def config_hash(entry: str, overrides: list[str]) -> str:
+    """Eight hex digits of the resolved config, without the keys that only place outputs."""
+    cfg = load_config(entry, overrides)
+    values = {k: v for k, v in leaf_values(cfg).items() if k not in PLACE_KEYS}
+    text = json.dumps(values, sort_keys=True, default=str)
+    return hashlib.sha256(f"{entry}\n{text}".encode()).hexdigest()[:8]
+
+
+def _slug(labels: dict[str, str]) -> str:
+    return "-".join(str(v) for v in labels.values()) or "run"
+
+
+def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = ()
+         ) -> tuple[list[Job], list[dict[str, Any]]]:
+    """(the jobs of ``experiment`` at ``scale`` in dependency order, the cells the scale does not run).
+
+    ``base`` is the scale folder (``runs/paper/<scale>``); paths in the jobs' overrides are absolute so
+    a job runs the same from any working directory (a SLURM node's included). ``run_extra``: overrides
+    added to every training run (the devices of a SLURM job)."""
+    base = base.resolve()
+    runs, skipped = [], []
+    epochs = experiment.epochs.get(scale, [])
+    for labels, overrides in experiment.runs.cells(scale):
+        if overrides is None:
+            skipped.append({"kind": "run", **labels})
+            continue
+        extra = [f"train.export_epochs=[{','.join(map(str, epochs))}]"] if epochs else []
+        args = [*overrides, *extra, *run_extra]
+        digest = config_hash(experiment.runs.entry, args)
+        run_name = f"{_slug(labels)}-{digest}"
+        run_dir = f"runs/{run_name}"
+        outputs = ["backbone.pt", *(f"backbone-epoch{e}.pt" for e in epochs)]
+        runs.append(Job(name=f"{experiment.runs.entry}-{_slug(labels)}", kind="run", entry=experiment.runs.entry,
+                        overrides=(*args, f"run.root={base / 'runs'}", f"run.name={run_name}"),
+                        labels=dict(labels), config_hash=digest, marker=f"jobs/runs/{run_name}.json",
+                        log=f"logs/runs/{run_name}.log", outputs=tuple(f"{run_dir}/{o}" for o in outputs),
+                        run_dir=run_dir))
+    evals = []
+    here = experiment.name
+    for ev_name, ev in experiment.evaluations.items():
+        for run in runs:
+            for epoch in epochs or [None]:
+                backbone = base / run.run_dir / (f"backbone-epoch{epoch}.pt" if epoch else "backbone.pt")
+                for labels, overrides in ev.cells(scale):
+                    all_labels = {**run.labels, "epoch": str(epoch or "last"), **labels}
+                    if overrides is None:
+                        skipped.append({"kind": ev_name, **all_labels})
+                        continue
+                    name = f"{ev_name}-{_slug(all_labels)}"
+                    args = [*overrides, f"ckpt={backbone}"]
+                    evals.append(Job(name=name, kind="eval", entry=ev.entry,
+                                     overrides=(*args, f"out={base / here / 'evals' / name}"), labels=all_labels,
+                                     config_hash=config_hash(ev.entry, args), marker=f"{here}/jobs/{name}.json",
+                                     log=f"{here}/logs/{name}.log", depends=(run.name,),
+                                     result=f"{here}/evals/{name}/{ev.result}", evaluation=ev_name))
+    names = [j.name for j in runs + evals]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ValueError(f"{experiment.name}: two cells share the job names {duplicated}; give their axes "
+                         "distinct values")
+    return runs + evals, skipped
+
+
+# ---- state ----------------------------------------------------------------------------------------------
+def marker_path(folder: Path, job: Job) -> Path:
+    return folder / job.marker
+
+
+def read_marker(folder: Path, job: Job) -> dict[str, Any] | None:
+    try:
+        return json.loads(marker_path(folder, job).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def result_files(folder: Path, job: Job) -> list[Path]:
+    return sorted(folder.glob(job.result)) if job.result else []
+
+
+def is_done(folder: Path, job: Job) -> bool:
+    """Finished with this very config: its marker says done with the same hash, and its outputs exist."""
+    marker = read_marker(folder, job)
+    if not marker or marker.get("status") != "done" or marker.get("config_hash") != job.config_hash:
+        return False
+    if not all((folder / o).is_file() for o in job.outputs):
+        return False
+    return not job.result or bool(result_files(folder, job))
+
+
+def write_marker(folder: Path, job: Job, status: str, **extra: Any) -> None:
+    record = {"job": job.name, "status": status, "config_hash": job.config_hash, "command": job.shown(),
+              "labels": job.labels, "date": time.strftime("%Y-%m-%d %H:%M:%S"), **extra}
+    path = marker_path(folder, job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1) + "\n"))
+
+
+def prepared_command(folder: Path, job: Job, move_aside: bool = True) -> list[str]:
+    """The command to run now: a training run with a checkpoint continues it (``run.resume=true``); one
+    killed before its first checkpoint is moved aside (by the first task only: ``move_aside``) so the
+    run starts in a free folder. Every task of a multi-process job decides the same way."""
+    command = job.command()
+    if job.kind != "run":
+        return command
+    run_dir = folder / job.run_dir
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        return [*command, "run.resume=true"]
+    if move_aside and run_dir.is_dir() and any(run_dir.iterdir()):
+        run_dir.rename(run_dir.with_name(f"{run_dir.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"))
+    return command
+
+
+def is_first_task() -> bool:
+    """Rank 0 of a SLURM job's tasks (or the only process): the one that writes markers."""
+    return os.environ.get("SLURM_PROCID", "0") == "0"
+
+
+def run_job(folder: str | Path, job: Job, env: dict[str, str] | None = None) -> int:
+    """Run one job to its end, log its output to ``logs/<job>.log`` and write its marker (done or
+    failed, with the error it printed); returns the command's exit code. The same function runs
+    locally and inside a SLURM job (submitit pickles it with its job). ``env``: variables to set for
+    the command (a local slot's ``CUDA_VISIBLE_DEVICES``)."""
+    folder = Path(folder)
+    log = folder / job.log
+    log.parent.mkdir(parents=True, exist_ok=True)
+    first = is_first_task()
+    command = prepared_command(folder, job, move_aside=first)
+    start = time.time()
+    if first:
+        write_marker(folder, job, "running", log=str(log.relative_to(folder)))
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(REPO / "src"),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    with log.open("a") as out:
+        out.write(f"\n$ {' '.join(command)}\n")
+        out.flush()
+        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    if first:
+        done = code == 0 and all((folder / o).is_file() for o in job.outputs) and (
+            not job.result or bool(result_files(folder, job)))
+        write_marker(folder, job, "done" if done else "failed", seconds=round(time.time() - start, 1),
+                     exit_code=code, log=str(log.relative_to(folder)),
+                     **({} if done else {"error": error_line(log)}))
+    return code
+
+
+def error_line(log: Path) -> str:
+    """The error a failed job printed: its last ``error: ...`` line (the suite's one-sentence errors),
+    else its last non-empty line."""
+    lines = [l.strip() for l in log.read_text(errors="replace").splitlines() if l.strip()]
+    errors = [l for l in lines if l.startswith("error:")]
+    return (errors or lines or ["(no output)"])[-1]
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    return asdict(job)

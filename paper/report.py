@@ -1,0 +1,235 @@
+"""The report of an experiment: each of our cells beside the paper's, the difference, and links.
+
+``<scale folder>/<experiment>/report.md``, written from what is on disk (the job markers and result
+files), so it can be written at any time: cells whose job is not done say why (not run at this
+scale, failed with its error, blocked by a failed training, not run yet). Items of the experiment
+file's ``report``:
+
+- ``table``: one number per cell (``metric``, a key of the result JSON), laid out as the paper's table
+  (``rows`` and ``columns`` name axes); each cell reads ``ours (paper, ours - paper)``.
+- ``curve``: a value per block (``metric`` a ``{block: value}`` mapping, e.g. TokenCut's CorLoc),
+  one line per cell in one figure (``figures/<item>.png``), and the best block of each line against
+  the paper's.
+- ``images``: the figures the evaluator wrote (``images``: a glob under each job's output), embedded.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from skipless.atomic import atomic_write
+
+from .experiment import Experiment, axis_names
+from .jobs import Job, is_done, read_marker, result_files
+
+NOT_AT_SCALE = "not at this scale"
+
+
+def metric_of(data: Any, path: str) -> Any:
+    """``data[a][b]...`` for ``path = "a.b"``; None when a key is missing."""
+    for key in path.split("."):
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per evaluation cell: its labels, ``state`` (done, failed, blocked, pending, or
+    NOT_AT_SCALE), its result JSON when done, and the error that stopped it."""
+    records = []
+    for job in jobs:
+        if job.kind != "eval":
+            continue
+        record = {"evaluation": job.evaluation, "labels": job.labels, "job": job.name}
+        if is_done(folder, job):
+            files = result_files(folder, job)
+            record.update(state="done", result=json.loads(files[0].read_text()), file=files[0])
+        else:
+            marker = read_marker(folder, job) or {}
+            status = marker.get("status") if marker.get("config_hash") == job.config_hash else None
+            record.update(state=status if status in ("failed", "blocked", "running", "submitted") else "pending",
+                          error=marker.get("error"))
+        records.append(record)
+    for cell in skipped:
+        if cell["kind"] != "run":
+            records.append({"evaluation": cell["kind"], "labels": {k: v for k, v in cell.items() if k != "kind"},
+                            "state": NOT_AT_SCALE})
+    return records
+
+
+def _number(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def _cell_text(record: dict[str, Any] | None, metric: str, paper: float | None) -> str:
+    if record is None:
+        return "-"
+    if record["state"] != "done":
+        if record["state"] == "failed" and " not found" in (record.get("error") or ""):
+            return "missing data"  # the dataset's layout sentence is in the Jobs table
+        return {"failed": "failed", "blocked": "blocked", NOT_AT_SCALE: "not at this scale"}.get(
+            record["state"], "not run yet")
+    ours = metric_of(record["result"], metric)
+    if not isinstance(ours, (int, float)):
+        return "missing"
+    if paper is None:
+        return _number(ours)
+    return f"{ours:.1f} ({paper:.1f}, {ours - paper:+.1f})"
+
+
+def _epochs(records: list[dict[str, Any]], choice: Any) -> list[str]:
+    found = sorted({r["labels"].get("epoch") for r in records}, key=lambda e: (not str(e).isdigit(), int(e) if str(e).isdigit() else 0))
+    if choice in (None, "last"):
+        return found[-1:]
+    if choice == "all":
+        return found
+    return [str(choice)]
+
+
+def _combos(records: list[dict[str, Any]], axes: list[str], experiment: Experiment, evaluation: str) -> list[tuple]:
+    """The value combinations of ``axes`` in file order (axes of the file), those present in ``records``."""
+    order = {a.name: a.values for a in experiment.runs.axes}
+    order.update({a.name: a.values for a in experiment.evaluations[evaluation].axes})
+    present = {tuple(r["labels"].get(a) for a in axes) for r in records}
+    return [c for c in itertools.product(*(order.get(a, sorted({r["labels"].get(a) for r in records})) for a in axes))
+            if c in present]
+
+
+def table_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment) -> str:
+    from eval.report import markdown_table
+
+    ev, metric = item["evaluation"], item.get("metric") or experiment.evaluations[item["evaluation"]].metric
+    mine = [r for r in records if r["evaluation"] == ev]
+    rows, cols = list(item.get("rows") or []), list(item.get("columns") or [])
+    ref = item.get("reference") or {}
+    ref_cols = [str(c) for c in ref.get("columns", [])]
+    ref_rows = {str(k): v for k, v in (ref.get("rows") or {}).items()}
+    out = []
+    for epoch in _epochs(mine, item.get("epoch")):
+        at = [r for r in mine if r["labels"].get("epoch") in (epoch, None)]
+        col_combos, row_combos = _combos(at, cols, experiment, ev), _combos(at, rows, experiment, ev)
+        body = []
+        for rc in row_combos:
+            line = ["/".join(rc)]
+            for cc in col_combos:
+                want = dict(zip(rows + cols, rc + cc))
+                found = next((r for r in at if all(r["labels"].get(k) == v for k, v in want.items())), None)
+                paper = None
+                row_ref, key = ref_rows.get("/".join(rc)), "/".join(cc)
+                if row_ref is not None and key in ref_cols:
+                    paper = ref_rows["/".join(rc)][ref_cols.index(key)]
+                line.append(_cell_text(found, metric, paper))
+            body.append(line)
+        header = ["/".join(rows) or "", *("/".join(c) for c in col_combos)]
+        paper_epoch = f"; the paper's numbers are at epoch {ref['epoch']}" if "epoch" in ref else ""
+        out.append(f"Epoch {epoch}{paper_epoch}. Cells: ours (paper, ours - paper), {metric}.\n\n"
+                   + markdown_table(header, body))
+    return "\n".join(out)
+
+
+def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
+                  index: int) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from eval.report import markdown_table
+
+    ev, metric = item["evaluation"], item.get("metric") or experiment.evaluations[item["evaluation"]].metric
+    lines_axes = list(item.get("lines") or axis_names(experiment, ev))
+    ref = item.get("reference") or {}
+    ref_values = {str(k): v for k, v in (ref.get("values") or {}).items()}
+    mine = [r for r in records if r["evaluation"] == ev]
+    epochs = _epochs(mine, item.get("epoch"))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    body = []
+    for epoch in epochs:
+        for combo in _combos([r for r in mine if r["labels"].get("epoch") == epoch], lines_axes, experiment, ev):
+            label = "/".join(combo)
+            want = dict(zip(lines_axes, combo))
+            found = next((r for r in mine if r["labels"].get("epoch") == epoch
+                          and all(r["labels"].get(k) == v for k, v in want.items())), None)
+            per_block = metric_of(found["result"], metric) if found and found["state"] == "done" else None
+            paper = ref_values.get(label)
+            if isinstance(per_block, dict) and per_block:
+                blocks = sorted(per_block, key=int)
+                values = [per_block[b] for b in blocks]
+                ax.plot([int(b) for b in blocks], values, marker="o", label=f"{label} (epoch {epoch})")
+                best = max(range(len(values)), key=lambda i: values[i] if values[i] is not None else -1)
+                cell = (f"{values[best]:.1f}" + (f" ({paper:.1f}, {values[best] - paper:+.1f})" if paper is not None else ""))
+                body.append([label, epoch, cell, blocks[best]])
+            else:
+                body.append([label, epoch, _cell_text(found, metric, paper), "-"])
+    ax.set_xlabel("block")
+    ax.set_ylabel(metric)
+    ax.set_title(item.get("title", ev))
+    if ax.lines:
+        ax.legend(fontsize=7)
+    figure = folder / experiment.name / "figures" / f"{index:02d}-{ev}.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(figure, dpi=90)
+    plt.close(fig)
+    what = ref.get("what", f"best block of {metric}")
+    return (f"![{ev}](figures/{figure.name})\n\n{what}: ours (paper, ours - paper).\n\n"
+            + markdown_table(["/".join(lines_axes), "epoch", "best", "block"], body))
+
+
+def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
+    """``folder``: the experiment's folder (where report.md is)."""
+    lines = []
+    for r in records:
+        if r["evaluation"] != item["evaluation"] or r["state"] != "done":
+            continue
+        job_dir = folder / "evals" / r["job"]
+        for image in sorted(job_dir.glob(item.get("images", "*/*.png"))):
+            label = ", ".join(f"{k} {v}" for k, v in r["labels"].items())
+            lines.append(f"{label}:\n\n![{label}]({image.relative_to(folder)})\n")
+    return "\n".join(lines) or "No images yet."
+
+
+def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Job],
+                 skipped: list[dict[str, Any]], command: str) -> Path:
+    """Write ``<folder>/<experiment>/report.md`` (and its figures) for what is on disk now (``folder``:
+    the scale folder); returns its path."""
+    records = cell_states(folder, jobs, skipped)
+    parts = [f"# {experiment.title}", "",
+             f"{experiment.source}. Scale: **{scale}**. Written {time.strftime('%Y-%m-%d %H:%M')} by `{command}`.", ""]
+    for i, item in enumerate(experiment.report):
+        parts += [f"## {item.get('title', item['evaluation'])}", ""]
+        if item["kind"] == "table":
+            parts.append(table_section(item, records, experiment))
+        elif item["kind"] == "curve":
+            parts.append(curve_section(item, records, experiment, folder, i))
+        else:
+            parts.append(images_section(item, records, folder / experiment.name))
+        parts.append("")
+    parts += ["## Jobs", "", _jobs_table(folder, jobs, folder / experiment.name), ""]
+    if skipped:
+        parts += [f"Not run at scale {scale} (the experiment file lists no overrides for it): "
+                  + "; ".join("/".join(str(v) for v in c.values()) for c in skipped), ""]
+    path = folder / experiment.name / "report.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text("\n".join(parts) + "\n"))
+    return path
+
+
+def _jobs_table(folder: Path, jobs: list[Job], here: Path) -> str:
+    """Every job, its state, a link to its output (relative to ``here``, the report's folder)."""
+    from eval.report import markdown_table
+
+    rows = []
+    for job in jobs:
+        marker = read_marker(folder, job) or {}
+        same = marker.get("config_hash") == job.config_hash
+        state = "done" if is_done(folder, job) else (marker.get("status") if same else None) or "not run yet"
+        target = folder / job.run_dir if job.run_dir else Path(str(folder / job.result)).parents[1]
+        where = os.path.relpath(target, here)
+        note = marker.get("error", "") if state != "done" else f"{marker.get('seconds', 0):.0f} s"
+        rows.append([job.name, state, f"[{where}]({where})", note, f"`{job.shown()}`"])
+    return markdown_table(["job", "state", "output", "seconds / error", "command"], rows)

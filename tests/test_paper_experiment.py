@@ -1,0 +1,144 @@
+"""``make paper``: the experiment files, the jobs they mean at each scale, their reference numbers
+against the README's, and one sentence for every file or setting that cannot run."""
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paper.__main__ import main, run
+from paper.experiment import ExperimentError, known_experiments, load_experiment
+from paper.jobs import plan
+from skipless.config import load_config
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.parametrize("name", known_experiments())
+@pytest.mark.parametrize("scale", ["demo", "full"])
+def test_every_experiment_plans_runs_before_the_evaluations_that_read_them(tmp_path, name, scale):
+    experiment = load_experiment(name)
+    jobs, skipped = plan(experiment, scale, tmp_path)
+    runs = [j for j in jobs if j.kind == "run"]
+    assert runs and jobs[:len(runs)] == runs  # every training run comes first
+    seen = set()
+    for job in jobs:
+        assert all(d in seen for d in job.depends)
+        seen.add(job.name)
+        if job.kind == "eval":
+            run = next(r for r in runs if r.name == job.depends[0])
+            ckpt = next(o for o in job.overrides if o.startswith("ckpt="))
+            assert ckpt.startswith(f"ckpt={tmp_path.resolve() / run.run_dir}/backbone")
+            assert any(o.startswith("out=") for o in job.overrides)
+    assert len({j.config_hash for j in runs}) == len(runs)  # distinct cells, distinct runs
+
+
+def test_table2_at_demo_scale_is_the_cpu_demo_on_the_default_and_at_full_scale_the_papers_recipe(tmp_path):
+    experiment = load_experiment("table2")
+    demo, skipped = plan(experiment, "demo", tmp_path)
+    full, _ = plan(experiment, "full", tmp_path)
+    runs = {j.name: j for j in demo if j.kind == "run"}
+    assert sorted(runs) == ["pretrain-skip-adamw", "pretrain-skip-soap", "pretrain-skipless-adamw",
+                            "pretrain-skipless-soap"]
+    cfg = load_config("pretrain", [o for o in runs["pretrain-skip-soap"].overrides if not o.startswith("run.")])
+    assert (cfg.choices.recipe, cfg.data.name, cfg.model.residual, cfg.optim.name) == ("demo", "default", "skip", "soap")
+    assert list(cfg.train.export_epochs) == experiment.epochs["demo"]
+    full_run = next(j for j in full if j.name == "pretrain-skip-soap")
+    cfg = load_config("pretrain", [o for o in full_run.overrides if not o.startswith("run.")])
+    assert (cfg.choices.recipe, cfg.train.epochs, list(cfg.train.export_epochs)) == ("paper", 300, [200, 300])
+    # the probe: VOC stands in as the default at demo scale, COCO-Stuff and ADE20K are full scale only
+    demo_probes = [j for j in demo if j.evaluation == "probe"]
+    assert {j.labels["dataset"] for j in demo_probes} == {"voc"}
+    assert all("dataset=default" in j.overrides for j in demo_probes)
+    assert {j.labels["dataset"] for j in full if j.evaluation == "probe"} == {"voc", "cocostuff", "ade20k"}
+    assert {c["dataset"] for c in skipped if c["kind"] == "probe"} == {"cocostuff", "ade20k"}
+
+
+def _readme_rows(title_regex: str) -> dict[str, list[float]]:
+    """The rows of the first README table after a line matching ``title_regex``: label -> numbers."""
+    lines = README.read_text().splitlines()
+    start = next(i for i, l in enumerate(lines) if re.search(title_regex, l))
+    rows, inside = {}, False
+    for line in lines[start:]:
+        if line.startswith("|"):
+            inside = True
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            numbers = [float(c) for c in cells[1:] if re.fullmatch(r"\d+\.\d", c)]
+            if numbers:
+                rows[cells[0]] = numbers
+        elif inside:
+            break
+    return rows
+
+
+def test_table2_reference_numbers_are_the_readmes():
+    readme = _readme_rows(r"Table 2")
+    ours = {}
+    report = next(r for r in load_experiment("table2").report if r["evaluation"] == "probe")
+    for row, values in report["reference"]["rows"].items():
+        optim, ms = row.split("/")
+        ours[f"{'AdamW' if optim == 'adamw' else 'SOAP'} {'single' if ms == '0' else 'multiscale'}"] = values
+    assert report["reference"]["columns"] == ["voc/skip", "voc/skipless", "cocostuff/skip", "cocostuff/skipless",
+                                              "ade20k/skip", "ade20k/skipless"]
+    assert ours == {k: readme[k] for k in ours} and len(ours) == 4
+
+
+def test_figure3_reference_numbers_are_the_readmes():
+    readme = _readme_rows(r"Reference CorLoc")
+    report = next(r for r in load_experiment("table2").report if r["evaluation"] == "tokencut")
+    values = report["reference"]["values"]
+    for model in ("skip", "skipless"):
+        for optim, name in (("adamw", "AdamW"), ("soap", "SOAP")):
+            voc, coco = readme[f"{model}, {name}, 300 ep"]
+            assert (values[f"voc12/{model}/{optim}"], values[f"coco20k/{model}/{optim}"]) == (voc, coco)
+
+
+def _write(folder: Path, name: str, data: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump(data))
+
+
+GOOD = {"title": "t", "runs": {"entry": "pretrain", "axes": {"model": {"skip": ["model=skip"]}}},
+        "evaluations": {"tc": {"entry": "tokencut", "result": "*/tokencut-*.json", "metric": "corloc"}}}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"colour": 1}, r"unknown keys \['colour'\]"),
+    ({"runs": {"entry": "finetune"}}, r"runs.entry: unknown entry 'finetune'; expected one of pretrain, train"),
+    ({"runs": {"entry": "pretrain", "axes": {"model": {"skip": "model=skip"}}}}, r"expected a list of key=value"),
+    ({"runs": {"entry": "pretrain", "axes": {"model": {"skip": {"tiny": ["model=skip"]}}}}},
+     r"unknown scales \['tiny'\]; expected demo and/or full"),
+    ({"report": [{"kind": "table", "evaluation": "tc", "rows": ["colour"]}]}, r"unknown axes \['colour'\]"),
+    ({"report": [{"kind": "pie", "evaluation": "tc"}]}, r"unknown kind 'pie'"),
+    ({"report": [{"kind": "table", "evaluation": "probe"}]}, r"unknown evaluation 'probe'; expected one of tc"),
+])
+def test_a_bad_experiment_file_is_one_sentence(tmp_path, change, message):
+    _write(tmp_path, "bad", {**GOOD, **change})
+    with pytest.raises(ExperimentError, match=message):
+        load_experiment("bad", tmp_path)
+
+
+def test_an_unknown_experiment_lists_the_known_ones(tmp_path, capsys):
+    _write(tmp_path, "mine", GOOD)
+    assert main([f"experiments={tmp_path}", "exp=theirs"]) == 2
+    assert "error: unknown experiment 'theirs'; expected one of: mine" in capsys.readouterr().err
+    assert main(["exp=table9"]) == 2
+    assert "expected one of: " + ", ".join(known_experiments()) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["exp=table2", "scale=huge"], "scale=huge is not a scale; expected one of demo, full"),
+    (["exp=table2", "cluster=slurm"], "cluster=slurm needs a partition"),
+    (["exp=table2", "local.parallel=0"], "local.parallel=0 is neither a positive number nor gpus"),
+])
+def test_bad_settings_are_one_sentence_and_write_nothing(tmp_path, capsys, args, message):
+    assert main([*args, f"root={tmp_path / 'paper'}"]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "paper").exists()
+
+
+def test_a_dry_run_lists_the_jobs_and_writes_nothing(tmp_path, capsys):
+    result = run(load_config("paper", ["exp=table2", "dry_run=true", f"root={tmp_path / 'paper'}"]))
+    out = capsys.readouterr().out
+    assert len(result["jobs"]) == out.count("[to run]") and "python -m skipless.pretrain data=default model=skip optim=adamw" in out
+    assert not (tmp_path / "paper").exists()
