@@ -183,8 +183,9 @@ def tables(results: list[tuple[str, Diagnosis]]) -> str:
     return "\n".join(parts)
 
 
-def figure(results: list[tuple[str, Diagnosis]], path: Path) -> Path:
-    """Each per-block quantity against depth, one line per checkpoint (∞ drawn as a triangle on top)."""
+def figure(results: list[tuple[str, Diagnosis]], path: Path) -> Path | None:
+    """Each per-block quantity against depth, one line per checkpoint (∞ drawn as a triangle on top);
+    None when no per-block quantity was measured (``measures=[jacobian]``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -194,6 +195,8 @@ def figure(results: list[tuple[str, Diagnosis]], path: Path) -> Path:
     titles = {"attn": "kappa(K K^T), attention", "mlp": "kappa(K K^T), MLP", "cls": "effective rank, CLS",
               "patch_mean": "effective rank, mean patch"}
     panels = [p for p in panels if any(getattr(d, p[0]) is not None for _, d in results)]
+    if not panels:
+        return None
     cols = 4
     rows = max(1, math.ceil(len(panels) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.8 * rows), squeeze=False)
@@ -229,7 +232,16 @@ def check_settings(cfg: DictConfig) -> torch.device:
     return resolve_device(cfg.device)
 
 
+GAUSSIAN = "gaussian"
+
+
 def _load_images(cfg: DictConfig, num: int, size: int) -> torch.Tensor:
+    """``num`` images of ``size`` px: read (``images`` a folder, or the default's val images), or with
+    ``images=gaussian`` standard-normal pixels drawn from ``seed`` (the architecture's own conditioning,
+    with no data: the generated scenes' flat colours make many tokens nearly equal, and J J^T nearly
+    singular with them; docs/results.md)."""
+    if cfg.images == GAUSSIAN:
+        return torch.randn(num, 3, size, size, generator=torch.Generator().manual_seed(int(cfg.seed)))
     return load_images(OmegaConf.merge(cfg, {"num_images": num, "image_size": size})).x
 
 
@@ -273,7 +285,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     written["table"] = write_text(folder / "conditioning.md", report)
     written["figure"] = figure(results, folder / "conditioning.png")
     print(report, flush=True)
-    print(f"table: {written['table']}\nfigure: {written['figure']}", flush=True)
+    print(f"table: {written['table']}" + (f"\nfigure: {written['figure']}" if written["figure"] else ""), flush=True)
     return written
 
 

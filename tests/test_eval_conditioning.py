@@ -87,3 +87,18 @@ def test_bad_input_is_one_sentence_before_anything_is_written(small_run, extra, 
     err = str(exit_info.value.code)
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_gaussian_images_are_seeded_noise_and_need_no_data(small_run, tmp_path):
+    root, _, run_dir = small_run
+    args = [*SMALL, "images=gaussian", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", "measures=[jacobian]",
+            "roots.default=/nowhere", "seed=3"]
+    written = run(load_config("conditioning", [*args, f"out={tmp_path / 'a'}"]))
+    assert written["figure"] is None  # no per-block quantity to draw
+    run(load_config("conditioning", [*args, f"out={tmp_path / 'b'}"]))
+    first, again = (json.loads((tmp_path / o / "narrow" / "conditioning.json").read_text()) for o in "ab")
+    assert first["jacobian"]["converged"] and first["jacobian"]["value"] == again["jacobian"]["value"]
+    backbone = load_backbone(run_dir / "backbone.pt")
+    noise = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3)).double()
+    dense = dense_condition(network_jacobian_dense(backbone, noise), gram=True)
+    assert first["jacobian"]["value"] == pytest.approx(dense.value, rel=1e-2)  # measured on exactly that noise
