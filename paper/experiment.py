@@ -178,8 +178,14 @@ def load_experiment(name: str, folder: Path = EXPERIMENT_DIR) -> Experiment:
     return experiment
 
 
+RUNS = "runs"  # a report item about the training runs' own results (their summary.json)
+
+
 def axis_names(experiment: Experiment, evaluation: str) -> list[str]:
-    """The labels a result of ``evaluation`` carries: the runs' axes, ``epoch``, the evaluation's axes."""
+    """The labels a result of ``evaluation`` carries: the runs' axes, then ``epoch`` and the evaluation's
+    axes (``runs``: the runs' axes only)."""
+    if evaluation == RUNS:
+        return [a.name for a in experiment.runs.axes]
     return ([a.name for a in experiment.runs.axes] + ["epoch"]
             + [a.name for a in experiment.evaluations[evaluation].axes])
 
@@ -190,9 +196,11 @@ def _check_report(experiment: Experiment, where: str) -> None:
         item = _keys(item, _REPORT, at, {"kind", "evaluation"})
         if item["kind"] not in REPORT_KINDS:
             raise _fail(f"{at}.kind", f"unknown kind {item['kind']!r}; expected one of {', '.join(REPORT_KINDS)}")
-        if item["evaluation"] not in experiment.evaluations:
+        if item["evaluation"] not in (*experiment.evaluations, RUNS):
             raise _fail(f"{at}.evaluation", f"unknown evaluation {item['evaluation']!r}; expected one of "
-                        f"{', '.join(experiment.evaluations) or '(none defined)'}")
+                        f"{', '.join([*experiment.evaluations, RUNS])}")
+        if item["evaluation"] == RUNS and not item.get("metric"):
+            raise _fail(f"{at}.metric", "a report on the runs names its metric, a key of their summary.json")
         names = set(axis_names(experiment, item["evaluation"]))
         for key in ("rows", "columns", "lines"):
             bad = [a for a in item.get(key) or [] if a not in names]

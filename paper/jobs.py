@@ -38,7 +38,7 @@ from typing import Any
 from skipless.atomic import atomic_write
 from skipless.config import leaf_values, load_config
 
-from .experiment import EVAL_ENTRIES, RUN_ENTRIES, Experiment
+from .experiment import EVAL_ENTRIES, RUN_ENTRIES, Experiment, ExperimentError
 
 # Keys that say where a job writes or how it reports, not what it computes: left out of its identity.
 PLACE_KEYS = ("run.name", "run.root", "run.resume", "out", "runs_root", "progress")
@@ -97,13 +97,15 @@ def _slug(labels: dict[str, str]) -> str:
     return "-".join(str(v) for v in labels.values()) or "run"
 
 
-def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = ()
+def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = (), exports: list[int] = ()
          ) -> tuple[list[Job], list[dict[str, Any]]]:
     """(the jobs of ``experiment`` at ``scale`` in dependency order, the cells the scale does not run).
 
     ``base`` is the scale folder (``runs/paper/<scale>``); paths in the jobs' overrides are absolute so
     a job runs the same from any working directory (a SLURM node's included). ``run_extra``: overrides
-    added to every training run (the devices of a SLURM job)."""
+    added to every training run (the devices of a SLURM job). ``exports``: the epochs every run exports
+    at this scale (``paper.exports``) besides the experiment's own, so that experiments that evaluate
+    different checkpoints of the same training share it (the exports are part of its config)."""
     base = base.resolve()
     runs, skipped = [], []
     epochs = experiment.epochs.get(scale, [])
@@ -111,7 +113,13 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
         if overrides is None:
             skipped.append({"kind": "run", **labels})
             continue
-        extra = [f"train.export_epochs=[{','.join(map(str, epochs))}]"] if epochs else []
+        length = int(load_config(experiment.runs.entry, [*overrides, *run_extra]).train.epochs)
+        late = [e for e in epochs if e > length]
+        if late:
+            raise ExperimentError(f"{experiment.name}: the {scale} runs train {length} epochs, so they cannot give the "
+                             f"checkpoints of epochs {late} that runs.epochs.{scale} asks for")
+        exported = sorted({*epochs, *(e for e in exports if e <= length)})
+        extra = [f"train.export_epochs=[{','.join(map(str, exported))}]"] if exported else []
         args = [*overrides, *extra, *run_extra]
         digest = config_hash(experiment.runs.entry, args)
         run_name = f"{_slug(labels)}-{digest}"
@@ -143,7 +151,7 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
     names = [j.name for j in runs + evals]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
-        raise ValueError(f"{experiment.name}: two cells share the job names {duplicated}; give their axes "
+        raise ExperimentError(f"{experiment.name}: two cells share the job names {duplicated}; give their axes "
                          "distinct values")
     return runs + evals, skipped
 

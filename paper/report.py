@@ -5,8 +5,11 @@ files), so it can be written at any time: cells whose job is not done say why (n
 scale, failed with its error, blocked by a failed training, not run yet). Items of the experiment
 file's ``report``:
 
-- ``table``: one number per cell (``metric``, a key of the result JSON), laid out as the paper's table
-  (``rows`` and ``columns`` name axes); each cell reads ``ours (paper, ours - paper)``.
+- ``table``: one number per cell (``metric``, a dotted key of the result JSON), laid out as the paper's
+  table (``rows`` and ``columns`` name axes); each cell reads ``ours (paper, ours - paper)``, and the
+  paper's table follows as it is printed. ``evaluation: runs`` reads the training runs' own
+  ``summary.json`` (a supervised run's ``val.top1``: Table 1). A condition number that did not converge
+  is shown as the lower bound it is (``>= x``), an infinite one as ∞.
 - ``curve``: a value per block (``metric`` a ``{block: value}`` mapping, e.g. TokenCut's CorLoc),
   one line per cell in one figure (``figures/<item>.png``), and the best block of each line against
   the paper's.
@@ -23,7 +26,7 @@ from typing import Any
 
 from skipless.atomic import atomic_write
 
-from .experiment import Experiment, axis_names
+from .experiment import RUNS, Experiment, axis_names
 from .jobs import Job, is_done, read_marker, result_files
 
 NOT_AT_SCALE = "not at this scale"
@@ -43,12 +46,11 @@ def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) ->
     NOT_AT_SCALE), its result JSON when done, and the error that stopped it."""
     records = []
     for job in jobs:
-        if job.kind != "eval":
-            continue
-        record = {"evaluation": job.evaluation, "labels": job.labels, "job": job.name}
+        record = {"evaluation": job.evaluation if job.kind == "eval" else RUNS, "labels": job.labels, "job": job.name}
         if is_done(folder, job):
-            files = result_files(folder, job)
-            record.update(state="done", result=json.loads(files[0].read_text()), file=files[0])
+            files = result_files(folder, job) if job.kind == "eval" else [folder / job.run_dir / "summary.json"]
+            record.update(state="done", result=json.loads(files[0].read_text()) if files[0].is_file() else {},
+                          file=files[0])
         else:
             marker = read_marker(folder, job) or {}
             status = marker.get("status") if marker.get("config_hash") == job.config_hash else None
@@ -56,14 +58,27 @@ def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) ->
                           error=marker.get("error"))
         records.append(record)
     for cell in skipped:
-        if cell["kind"] != "run":
-            records.append({"evaluation": cell["kind"], "labels": {k: v for k, v in cell.items() if k != "kind"},
-                            "state": NOT_AT_SCALE})
+        records.append({"evaluation": RUNS if cell["kind"] == "run" else cell["kind"],
+                        "labels": {k: v for k, v in cell.items() if k != "kind"}, "state": NOT_AT_SCALE})
     return records
 
 
-def _number(value: Any) -> str:
-    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+def number(value: Any) -> str:
+    """A number as the paper prints it: one decimal (accuracies, mIoU, CorLoc), three significant
+    digits below 10 (condition numbers near 1) and above 10^4; ∞ for infinity."""
+    if isinstance(value, str) and value in ("inf", "nan"):
+        return "∞" if value == "inf" else "nan"
+    if not isinstance(value, (int, float)):
+        return "-"
+    if value == float("inf"):
+        return "∞"
+    return f"{value:.3g}" if abs(value) < 10 or abs(value) >= 1e4 else f"{value:.1f}"
+
+
+def _bound(data: Any, path: str) -> str:
+    """``>= `` when the metric is a condition number whose solver stopped before converging."""
+    parent = metric_of(data, path.rsplit(".", 1)[0]) if "." in path else None
+    return ">= " if isinstance(parent, dict) and parent.get("converged") is False and parent.get("reason") is None else ""
 
 
 def _cell_text(record: dict[str, Any] | None, metric: str, paper: float | None) -> str:
@@ -75,15 +90,21 @@ def _cell_text(record: dict[str, Any] | None, metric: str, paper: float | None) 
         return {"failed": "failed", "blocked": "blocked", NOT_AT_SCALE: "not at this scale"}.get(
             record["state"], "not run yet")
     ours = metric_of(record["result"], metric)
+    if ours == "inf" or ours == float("inf"):
+        return "∞" + ("" if paper is None else f" ({number(paper)})")
     if not isinstance(ours, (int, float)):
         return "missing"
+    shown = _bound(record["result"], metric) + number(ours)
     if paper is None:
-        return _number(ours)
-    return f"{ours:.1f} ({paper:.1f}, {ours - paper:+.1f})"
+        return shown
+    if paper == float("inf"):
+        return f"{shown} (∞)"
+    return f"{shown} ({number(paper)}, {ours - paper:+.1f})"
 
 
 def _epochs(records: list[dict[str, Any]], choice: Any) -> list[str]:
-    found = sorted({r["labels"].get("epoch") for r in records}, key=lambda e: (not str(e).isdigit(), int(e) if str(e).isdigit() else 0))
+    found = sorted({r["labels"].get("epoch") for r in records},
+                   key=lambda e: (not str(e).isdigit(), int(e) if str(e).isdigit() else 0))
     if choice in (None, "last"):
         return found[-1:]
     if choice == "all":
@@ -94,7 +115,8 @@ def _epochs(records: list[dict[str, Any]], choice: Any) -> list[str]:
 def _combos(records: list[dict[str, Any]], axes: list[str], experiment: Experiment, evaluation: str) -> list[tuple]:
     """The value combinations of ``axes`` in file order (axes of the file), those present in ``records``."""
     order = {a.name: a.values for a in experiment.runs.axes}
-    order.update({a.name: a.values for a in experiment.evaluations[evaluation].axes})
+    if evaluation != RUNS:
+        order.update({a.name: a.values for a in experiment.evaluations[evaluation].axes})
     present = {tuple(r["labels"].get(a) for a in axes) for r in records}
     return [c for c in itertools.product(*(order.get(a, sorted({r["labels"].get(a) for r in records})) for a in axes))
             if c in present]
@@ -103,7 +125,8 @@ def _combos(records: list[dict[str, Any]], axes: list[str], experiment: Experime
 def table_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment) -> str:
     from eval.report import markdown_table
 
-    ev, metric = item["evaluation"], item.get("metric") or experiment.evaluations[item["evaluation"]].metric
+    ev = item["evaluation"]
+    metric = item.get("metric") or (experiment.evaluations[ev].metric if ev != RUNS else None)
     mine = [r for r in records if r["evaluation"] == ev]
     rows, cols = list(item.get("rows") or []), list(item.get("columns") or [])
     ref = item.get("reference") or {}
@@ -129,6 +152,9 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
         paper_epoch = f"; the paper's numbers are at epoch {ref['epoch']}" if "epoch" in ref else ""
         out.append(f"Epoch {epoch}{paper_epoch}. Cells: ours (paper, ours - paper), {metric}.\n\n"
                    + markdown_table(header, body))
+    if ref_rows:
+        out.append("The paper's table:\n\n" + markdown_table(
+            ["/".join(rows) or "", *ref_cols], [[k, *(number(v) for v in vals)] for k, vals in ref_rows.items()]))
     return "\n".join(out)
 
 

@@ -72,7 +72,7 @@ def _readme_rows(title_regex: str) -> dict[str, list[float]]:
 
 
 def test_table2_reference_numbers_are_the_readmes():
-    readme = _readme_rows(r"Table 2")
+    readme = _readme_rows(r"^The paper.s numbers \(DINO ViT-S/16, 300 epochs")
     ours = {}
     report = next(r for r in load_experiment("table2").report if r["evaluation"] == "probe")
     for row, values in report["reference"]["rows"].items():
@@ -110,7 +110,7 @@ GOOD = {"title": "t", "runs": {"entry": "pretrain", "axes": {"model": {"skip": [
      r"unknown scales \['tiny'\]; expected demo and/or full"),
     ({"report": [{"kind": "table", "evaluation": "tc", "rows": ["colour"]}]}, r"unknown axes \['colour'\]"),
     ({"report": [{"kind": "pie", "evaluation": "tc"}]}, r"unknown kind 'pie'"),
-    ({"report": [{"kind": "table", "evaluation": "probe"}]}, r"unknown evaluation 'probe'; expected one of tc"),
+    ({"report": [{"kind": "table", "evaluation": "probe"}]}, r"unknown evaluation 'probe'; expected one of tc, runs"),
 ])
 def test_a_bad_experiment_file_is_one_sentence(tmp_path, change, message):
     _write(tmp_path, "bad", {**GOOD, **change})
@@ -142,3 +142,27 @@ def test_a_dry_run_lists_the_jobs_and_writes_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert len(result["jobs"]) == out.count("[to run]") and "python -m skipless.pretrain data=default model=skip optim=adamw" in out
     assert not (tmp_path / "paper").exists()
+
+
+def test_table1_and_table5_reference_numbers_are_the_readmes():
+    table1 = _readme_rows(r"^Table 1 \(supervised")
+    report = load_experiment("table1").report[0]["reference"]
+    assert report["columns"] == ["adamw", "soap"]
+    assert {k: v for k, v in report["rows"].items()} == {k: table1[k] for k in ("skip", "skipless", "skipless+init")}
+    table5 = _readme_rows(r"^Table 5 \(kappa")
+    report = next(r for r in load_experiment("tables5-6").report if r.get("metric") is None)["reference"]
+    assert report["columns"] == ["20", "60", "120", "180", "240", "300"]
+    assert report["rows"]["skip"] == table5["skip"] and report["rows"]["skipless+init"] == table5["skipless+init"]
+    assert report["rows"]["skipless"] == [float("inf")] * 6
+
+
+def test_experiments_of_a_scale_share_their_training_runs(tmp_path):
+    exports = load_config("paper").exports
+    for scale in ("demo", "full"):
+        table2, _ = plan(load_experiment("table2"), scale, tmp_path, exports=list(exports[scale]))
+        tables56, _ = plan(load_experiment("tables5-6"), scale, tmp_path, exports=list(exports[scale]))
+        skip_adamw = {j.run_dir for j in table2 + tables56 if j.kind == "run" and j.labels == {"model": "skip",
+                                                                                                 "optim": "adamw"}}
+        assert len(skip_adamw) == 1  # one training serves Table 2 and Tables 5-6
+        cfg = load_config("pretrain", [o for o in table2[0].overrides if not o.startswith("run.")])
+        assert set(load_experiment("tables5-6").epochs[scale]) <= set(cfg.train.export_epochs)
