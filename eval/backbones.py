@@ -22,7 +22,8 @@ by spaces or commas:
   seeded, so every evaluator has its floor;
 - nothing: the newest run under ``runs/`` (by the time its ``backbone.pt`` was written).
 
-Results go to ``<run>/eval/`` of each checkpoint; the random floor writes to ``runs/random-<...>/eval``,
+Results go to ``<run>/eval/`` of each checkpoint (``<run>/eval/backbone-epoch200/`` for
+``runs/x/backbone-epoch200.pt``); the random floor writes to ``runs/random-<...>/eval``,
 a plain state dict to ``runs/<file stem>/eval`` and timm weights to ``runs/timm-<name>/eval``. With an
 output folder (every evaluator's ``out=<folder>``, e.g. for a backbone on a read-only disk) each
 backbone writes to ``<out>/<name>/`` instead (the random floor to ``<out>/random-<...>/``).
@@ -145,8 +146,12 @@ def _file_spec(item: str, runs_root: Path) -> BackboneSpec:
             raise BackboneNotFoundError(
                 f"{path} is a Lightning training checkpoint; evaluators read the exported teacher: "
                 f"pass its run folder ({path.parent.parent}) or a backbone*.pt file")
-        name = path.parent.name if path.stem == "backbone" else f"{path.parent.name}-{path.stem}"
-        return BackboneSpec(name, path, path.parent / "eval", _stored_args(path))
+        if path.stem == "backbone":
+            return BackboneSpec(path.parent.name, path, path.parent / "eval", _stored_args(path))
+        # another checkpoint of the run (backbone-epoch200.pt): its own folder, so its results never
+        # overwrite those of the run's final backbone (the result files are named by evaluator, not backbone)
+        return BackboneSpec(f"{path.parent.name}-{path.stem}", path, path.parent / "eval" / path.stem,
+                            _stored_args(path))
     raise BackboneNotFoundError(
         f"no backbone at {path!r}; expected a run folder with backbone.pt (runs/<name>), a backbone "
         "file, <state dict file>:<arch>, timm:<name>, or 'random'")

@@ -2,6 +2,8 @@
 import os
 import time
 
+import shutil
+
 import pytest
 import torch
 
@@ -63,7 +65,11 @@ def test_random_alone_uses_the_newest_run(tmp_path):
 def test_backbone_file_item_and_lightning_checkpoint_error(tmp_path):
     run, _ = _run(tmp_path, "r")
     (spec,) = resolve_backbones(str(run / "backbone.pt"), runs_root=tmp_path)
-    assert spec.name == "r"
+    assert spec.name == "r" and spec.out_dir == run / "eval"
+    shutil.copy(run / "backbone.pt", run / "backbone-epoch2.pt")  # an exported epoch: results of its own
+    final, epoch2 = resolve_backbones(f"{run} {run / 'backbone-epoch2.pt'}", runs_root=tmp_path)
+    assert (epoch2.name, epoch2.out_dir) == ("r-backbone-epoch2", run / "eval" / "backbone-epoch2")
+    assert final.out_dir == run / "eval"
     ckpt = run / "checkpoints" / "last.ckpt"
     ckpt.parent.mkdir()
     ckpt.write_bytes(b"x")
