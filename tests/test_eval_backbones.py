@@ -1,8 +1,7 @@
 """eval/backbones.py: CKPT items -> backbones, the random floor, clear errors; eval/report.py tables."""
 import os
-import time
-
 import shutil
+import time
 
 import pytest
 import torch
