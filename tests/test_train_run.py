@@ -121,6 +121,29 @@ def test_mixup_runs_on_soft_targets(tmp_path, data_root):
     assert not run_dir_of(odd).exists()
 
 
+class TrainAccuracy(pl.Callback):
+    """Each batch's accuracy counted from the model before its step, and train/top1 as logged after it."""
+
+    def __init__(self):
+        self.counted, self.logged = [], []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        with torch.no_grad():  # drop-path and dropout are 0: the training forward gives these logits
+            self.counted.append(float((pl_module(batch[0]).argmax(-1) == batch[1]).float().mean() * 100))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.logged.append(float(trainer.callback_metrics["train/top1"]))
+
+
+def test_train_top1_is_each_batchs_accuracy_and_absent_under_mixup(tmp_path, data_root):
+    rec = TrainAccuracy()
+    train(tiny_cfg(tmp_path, data_root, "train.epochs=1", "aug.mixup=0", "aug.cutmix=0"), extra_callbacks=[rec])
+    assert len(rec.logged) == 4 and rec.logged == pytest.approx(rec.counted)
+    mixed = tiny_cfg(tmp_path, data_root, "train.epochs=1", "train.max_steps=1", "aug.mixup=0.8", "run.name=mixed")
+    trainer, _ = train(mixed)
+    assert "train/top1" not in trainer.callback_metrics and "train/loss" in trainer.callback_metrics
+
+
 def test_divergence_stops_with_the_sentence_and_keeps_the_last_checkpoint(tmp_path, data_root):
     cfg = tiny_cfg(tmp_path, data_root, "train.epochs=2")
     train(cfg)

@@ -95,11 +95,16 @@ class Supervised(pl.LightningModule):
                 group["weight_decay"] = wd
 
         images, labels = batch
+        train_metrics = {}
         if self.mixer is not None:
             images, targets = self.mixer(images, labels)  # smoothed, mixed one-hot targets
             loss = torch.sum(-targets * F.log_softmax(self(images).float(), dim=-1), dim=-1).mean()
         else:
-            loss = F.cross_entropy(self(images).float(), labels, label_smoothing=float(self.cfg.aug.label_smoothing))
+            logits = self(images).float()
+            loss = F.cross_entropy(logits, labels, label_smoothing=float(self.cfg.aug.label_smoothing))
+            # the batch's accuracy as trained (mixed images have no one label to score): the training
+            # curve beside val/top1, as seeds/004's Figure 1 plots them
+            train_metrics["train/top1"] = (logits.detach().argmax(-1) == labels).float().mean() * 100
         opt.zero_grad(set_to_none=True)
         self.manual_backward(loss)
         if self.cfg.optim.clip_grad:
@@ -107,7 +112,7 @@ class Supervised(pl.LightningModule):
         opt.step()
         stop_if_diverged(self, loss, step)  # after the step is queued: see DINO.training_step
 
-        self.log_dict({"train/loss": loss.detach(), "schedule/lr": lr, "schedule/weight_decay": wd},
+        self.log_dict({"train/loss": loss.detach(), **train_metrics, "schedule/lr": lr, "schedule/weight_decay": wd},
                       on_step=True, prog_bar=False, batch_size=images.shape[0])
         self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True)
         return loss.detach()
