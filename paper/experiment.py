@@ -32,11 +32,11 @@ EXPERIMENT_DIR = CONFIG_DIR / "experiments"
 SCALES = ("demo", "full")
 RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train"}
 EVAL_ENTRIES = {name: f"eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear")}
-REPORT_KINDS = ("table", "curve", "images")
+REPORT_KINDS = ("table", "curve", "images", "history")
 _TOP = {"title", "source", "runs", "evaluations", "report"}
 _RUNS = {"entry", "axes", "scales", "epochs"}
 _EVAL = {"entry", "axes", "scales", "result", "metric"}
-_REPORT = {"kind", "title", "evaluation", "metric", "rows", "columns", "lines", "epoch", "reference", "images"}
+_REPORT = {"kind", "title", "evaluation", "metric", "rows", "columns", "lines", "epoch", "reference", "images", "tags"}
 
 
 class ExperimentError(SkiplessError, ValueError):
@@ -199,7 +199,9 @@ def _check_report(experiment: Experiment, where: str) -> None:
         if item["evaluation"] not in (*experiment.evaluations, RUNS):
             raise _fail(f"{at}.evaluation", f"unknown evaluation {item['evaluation']!r}; expected one of "
                         f"{', '.join([*experiment.evaluations, RUNS])}")
-        if item["evaluation"] == RUNS and not item.get("metric"):
+        if item["kind"] == "history" and item["evaluation"] != RUNS:
+            raise _fail(f"{at}.evaluation", f"a history reads the training runs' curves: evaluation: {RUNS}")
+        if item["evaluation"] == RUNS and item["kind"] == "table" and not item.get("metric"):
             raise _fail(f"{at}.metric", "a report on the runs names its metric, a key of their summary.json")
         names = set(axis_names(experiment, item["evaluation"]))
         for key in ("rows", "columns", "lines"):

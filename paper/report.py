@@ -14,6 +14,9 @@ file's ``report``:
   one line per cell in one figure (``figures/<item>.png``), and the best block of each line against
   the paper's.
 - ``images``: the figures the evaluator wrote (``images``: a glob under each job's output), embedded.
+- ``history``: the training runs' TensorBoard scalars (``tags``, e.g. ``train/loss``, ``val/top1``)
+  against the step, one panel per tag and one line per run (seeds/004's Figure 1: loss curves), and
+  each run's last value of each tag.
 """
 from __future__ import annotations
 
@@ -143,15 +146,15 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
                 want = dict(zip(rows + cols, rc + cc))
                 found = next((r for r in at if all(r["labels"].get(k) == v for k, v in want.items())), None)
                 paper = None
-                row_ref, key = ref_rows.get("/".join(rc)), "/".join(cc)
+                row_ref, key = ref_rows.get("/".join(rc)), "/".join(cc) or metric
                 if row_ref is not None and key in ref_cols:
                     paper = ref_rows["/".join(rc)][ref_cols.index(key)]
                 line.append(_cell_text(found, metric, paper))
             body.append(line)
-        header = ["/".join(rows) or "", *("/".join(c) for c in col_combos)]
+        header = ["/".join(rows) or "", *("/".join(c) or metric for c in col_combos)]
         paper_epoch = f"; the paper's numbers are at epoch {ref['epoch']}" if "epoch" in ref else ""
-        out.append(f"Epoch {epoch}{paper_epoch}. Cells: ours (paper, ours - paper), {metric}.\n\n"
-                   + markdown_table(header, body))
+        when = f"Epoch {epoch}{paper_epoch}. " if epoch is not None else ""
+        out.append(f"{when}Cells: ours (paper, ours - paper), {metric}.\n\n" + markdown_table(header, body))
     if ref_rows:
         out.append("The paper's table:\n\n" + markdown_table(
             ["/".join(rows) or "", *ref_cols], [[k, *(number(v) for v in vals)] for k, vals in ref_rows.items()]))
@@ -219,6 +222,55 @@ def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: 
     return "\n".join(lines) or "No images yet."
 
 
+def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of a TensorBoard scalar of a run (its ``tb/`` events, resumed runs included)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points: dict[int, float] = {}
+    for events in sorted((run_dir / "tb").rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        if tag in acc.Tags().get("scalars", []):
+            points.update({e.step: e.value for e in acc.Scalars(tag)})
+    return sorted(points.items())
+
+
+def history_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
+                    index: int) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from eval.report import markdown_table
+
+    tags = list(item.get("tags") or ["train/loss"])
+    runs = [r for r in records if r["evaluation"] == RUNS and r["state"] == "done"]
+    fig, axes = plt.subplots(1, len(tags), figsize=(4.5 * len(tags), 3.6), squeeze=False)
+    body = []
+    for r in runs:
+        label = "/".join(r["labels"].values())
+        last = []
+        for ax, tag in zip(axes.flat, tags):
+            points = scalars(r["file"].parent, tag)
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], label=label,
+                        marker="o" if len(points) < 30 else None, markersize=3)
+            last.append(points[-1][1] if points else None)
+        body.append([label, *last])
+    for ax, tag in zip(axes.flat, tags):
+        ax.set_title(tag, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    if runs:
+        axes.flat[0].legend(fontsize=7)
+    figure = folder / experiment.name / "figures" / f"{index:02d}-history.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(figure, dpi=90)
+    plt.close(fig)
+    return (f"![history](figures/{figure.name})\n\nThe last value of each curve:\n\n"
+            + markdown_table(["run", *tags], body, float_format=".3g"))
+
+
 def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Job],
                  skipped: list[dict[str, Any]], command: str) -> Path:
     """Write ``<folder>/<experiment>/report.md`` (and its figures) for what is on disk now (``folder``:
@@ -232,6 +284,8 @@ def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Jo
             parts.append(table_section(item, records, experiment))
         elif item["kind"] == "curve":
             parts.append(curve_section(item, records, experiment, folder, i))
+        elif item["kind"] == "history":
+            parts.append(history_section(item, records, experiment, folder, i))
         else:
             parts.append(images_section(item, records, folder / experiment.name))
         parts.append("")

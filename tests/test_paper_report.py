@@ -1,0 +1,72 @@
+"""The report of ``make paper`` from result files laid out by hand: tables beside the paper's numbers
+(∞, lower bounds, cells not at this scale), the runs' own metrics, and TensorBoard histories."""
+import json
+from pathlib import Path
+
+import yaml
+from torch.utils.tensorboard import SummaryWriter
+
+from paper.experiment import load_experiment
+from paper.jobs import plan, write_marker
+from paper.report import number, write_report
+
+EXPERIMENT = {
+    "title": "by hand", "source": "a test",
+    "runs": {"entry": "train", "axes": {"model": {"skip": ["model=skip"], "skipless": ["model=skipless"]}},
+             "scales": {"demo": ["dataset=default"]}, "epochs": {"demo": [1]}},
+    "evaluations": {"cond": {"entry": "conditioning", "result": "*/conditioning.json", "metric": "jacobian.value",
+                             "axes": {"size": {"small": ["image_size=32"], "large": {"full": ["image_size=224"]}}}}},
+    "report": [
+        {"kind": "table", "title": "kappa", "evaluation": "cond", "rows": ["model"], "columns": ["size"],
+         "reference": {"columns": ["small", "large"], "rows": {"skip": [127, 130], "skipless": [".inf", ".inf"]}}},
+        {"kind": "table", "title": "top-1", "evaluation": "runs", "metric": "val.top1", "rows": ["model"],
+         "reference": {"columns": ["val.top1"], "rows": {"skip": [80.3]}}},
+        {"kind": "history", "title": "curves", "evaluation": "runs", "tags": ["train/loss"]},
+    ],
+}
+
+
+def _done(base: Path, job, result: dict | None = None) -> None:
+    for output in job.outputs:
+        (base / output).parent.mkdir(parents=True, exist_ok=True)
+        (base / output).write_bytes(b"x")
+    if job.result:
+        folder = base / Path(job.result).parent.parent / "backbone"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "conditioning.json").write_text(json.dumps(result))
+    write_marker(base, job, "done", seconds=1.0)
+
+
+def test_the_report_puts_ours_beside_the_papers_and_says_why_a_cell_is_empty(tmp_path):
+    exps = tmp_path / "exps"
+    exps.mkdir()
+    (exps / "hand.yaml").write_text(yaml.safe_dump(EXPERIMENT, sort_keys=False).replace("'.inf'", ".inf"))
+    experiment = load_experiment("hand", exps)
+    base = tmp_path / "demo"
+    jobs, skipped = plan(experiment, "demo", base)
+    by = {j.name: j for j in jobs}
+    for model, loss in (("skip", [2.0, 1.5]), ("skipless", [2.3, 2.2])):
+        run = by[f"train-{model}"]
+        _done(base, run)
+        (base / run.run_dir / "summary.json").write_text(json.dumps({"val": {"top1": 75.4 if model == "skip" else 60.0}}))
+        with SummaryWriter(str(base / run.run_dir / "tb")) as writer:
+            for step, value in enumerate(loss):
+                writer.add_scalar("train/loss", value, step)
+    _done(base, by["cond-skip-1-small"], {"jacobian": {"value": 150.0, "converged": True, "reason": None}})
+    _done(base, by["cond-skipless-1-small"], {"jacobian": {"value": "inf", "converged": True, "reason": "zero"}})
+    path = write_report(base, experiment, "demo", jobs, skipped, "make paper EXP=hand")
+    text = path.read_text()
+    assert "| skip | 150.0 (127.0, +23.0) | not at this scale |" in text
+    assert "| skipless | ∞ (∞) | not at this scale |" in text
+    assert "| skip | 75.4 (80.3, -4.9) |" in text and "Epoch None" not in text and "| skipless | 60.0 |" in text
+    assert "The paper's table:" in text and "| skip | 127.0 | 130.0 |" in text
+    assert "| skip | 1.5 |" in text and "| skipless | 2.2 |" in text  # the last point of each history
+    assert (path.parent / "figures" / "02-history.png").stat().st_size > 0
+
+
+def test_a_condition_number_that_did_not_converge_is_a_lower_bound(tmp_path):
+    from paper.report import _cell_text
+
+    record = {"state": "done", "result": {"jacobian": {"value": 3.2e5, "converged": False, "reason": None}}}
+    assert _cell_text(record, "jacobian.value", None) == ">= 3.2e+05"
+    assert number(1.0512) == "1.05" and number(56.3) == "56.3" and number(float("inf")) == "∞"
