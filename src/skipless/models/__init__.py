@@ -3,7 +3,7 @@ from .attention import SoftmaxAttention, flash_attn_available, use_explicit_atte
 from .block import DEFAULT_ALPHA_MIN, RESIDUAL_MODES, ResidualBlock, decayed_gains
 from .checkpoint import BackboneLoadError, load_backbone, save_backbone
 from .features import KINDS, FeatureRequestError, extract_features, patch_features, patch_grid, resolve_layers
-from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, paper_matrices, suo_
+from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, head_matrices, osa_init_, paper_matrices, stiefel, suo_
 from .osa import OrthogonalAttention
 from .pos_embed import POS_EMBED_INTERPS
 from .timm_weights import load_timm_backbone
@@ -15,7 +15,7 @@ __all__ = [
     "BackboneLoadError", "FeatureRequestError", "OrthogonalAttention", "ResidualBlock", "SkiplessViT",
     "SoftmaxAttention",
     "backbone_args", "create_vit", "cutskip_init_", "decayed_gains", "drop_path_rates",
-    "extract_features", "flash_attn_available", "freeze_for_eval", "load_backbone", "load_timm_backbone",
-    "paper_matrices", "patch_features", "patch_grid", "resolve_layers", "save_backbone", "suo_",
-    "use_explicit_attention",
+    "extract_features", "flash_attn_available", "freeze_for_eval", "head_matrices", "load_backbone",
+    "load_timm_backbone", "osa_init_", "paper_matrices", "patch_features", "patch_grid", "resolve_layers",
+    "save_backbone", "stiefel", "suo_", "use_explicit_attention",
 ]
