@@ -20,6 +20,9 @@ Sections (each can be chosen with ``--only``):
   (``compile_step.py``).
 - ``optim``: one optimizer step alone, for each ``optim.implementation`` of AdamW and SOAP
   (``optimizer_step.py``).
+- ``osa``: orthogonal self-attention's low-rank path (QR, Newton-Schulz) against the dense N x N
+  ``matrix_exp``, time and memory per N; an OSA ViT-S block against a softmax one; Newton-Schulz's
+  error against K (``osa_cost.py``).
 
 The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
 ``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
@@ -41,6 +44,7 @@ from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
 from .optimizer_step import section_optim
+from .osa_cost import section_osa
 from .probe_sweep import bench_probe
 from .profile_step import section_profile
 from .side_by_side import section_official
@@ -49,10 +53,10 @@ from .tokencut_solvers import bench_section
 from .train_step import section_train
 
 SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader",
-            "compile")
+            "compile", "osa")
 # The sections that take only ``quick`` and return (result, the text to print), run last in this order.
 TEXT_SECTIONS = {"tokencut": bench_section, "conditioning": section_conditioning, "profile": section_profile,
-                 "compile": section_compile, "optim": section_optim}
+                 "compile": section_compile, "optim": section_optim, "osa": section_osa}
 
 
 def main() -> None:
