@@ -129,16 +129,20 @@ def peak_memory_mb(way: str, n: int, dv: int, device: torch.device) -> float:
 
 
 def head_rows(sizes, dv: int, repeats: int, cap_s: float, device: torch.device, memory: bool) -> list[dict]:
+    """Per N, every way: one warm-up call (the dense way stops for good once it exceeds ``cap_s``), then
+    ``repeats`` rounds that time each way once in turn (so that a burst of load on a shared machine hits
+    all ways alike), the median per way."""
     rows, dense_stopped_at = [], None
     for n in sizes:
         args = head_inputs(n, dv, device)
-        by_way = {}
+        by_way, timed = {}, {}
         for way in WAYS:
             row = {"N": n, "way": way, "forward_ms": None, "over_qr": None, "peak_mb": None, "note": ""}
+            rows.append(row)
             if way == "dense expm" and dense_stopped_at is not None:
                 row["note"] = f"not run: above the {cap_s:g} s cap from N = {dense_stopped_at}"
-                rows.append(row)
                 continue
+            by_way[way] = row
             fn = call(way, dv, device)
             first = _timed(fn, args, device)
             if way == "dense expm" and first > cap_s:
@@ -146,14 +150,16 @@ def head_rows(sizes, dv: int, repeats: int, cap_s: float, device: torch.device, 
                 row["forward_ms"] = 1e3 * first
                 row["note"] = f"one call, above the {cap_s:g} s cap: larger N not run"
             else:
-                times = sorted(_timed(fn, args, device) for _ in range(repeats))
-                row["forward_ms"] = 1e3 * times[len(times) // 2]
+                timed[way] = (fn, [])
+        for _ in range(repeats):
+            for fn, times in timed.values():
+                times.append(_timed(fn, args, device))
+        for way, (_, times) in timed.items():
+            by_way[way]["forward_ms"] = 1e3 * sorted(times)[len(times) // 2]
+        for way, row in by_way.items():
+            row["over_qr"] = row["forward_ms"] / by_way["low-rank qr"]["forward_ms"]
             if memory:
                 row["peak_mb"] = peak_memory_mb(way, n, dv, device)
-            by_way[way] = row
-            rows.append(row)
-        for row in by_way.values():
-            row["over_qr"] = row["forward_ms"] / by_way["low-rank qr"]["forward_ms"]
     return rows
 
 
@@ -166,36 +172,37 @@ def block_rows(arch: str, tokens_side: int, batch: int, repeats: int, device: to
                                                       attention_args={"basis": "newton-schulz"}),
     }
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    rows = []
+    n = 1 + tokens_side * tokens_side
+    calls = {}
     for name, kwargs in blocks.items():
         torch.manual_seed(0)
         model = create_vit(arch, depth=1, **kwargs)
         block = model.blocks[0].to(device)
-        n = 1 + tokens_side * tokens_side
         x = torch.randn(batch, n, model.embed_dim, device=device, requires_grad=True)
 
-        def forward():
+        def forward(block=block, x=x):
             with torch.no_grad(), autocast:
                 block(x)
 
-        def forward_backward():
+        def forward_backward(block=block, x=x):
             with autocast:
                 y = block(x)
             y.float().pow(2).mean().backward()
 
-        def median(fn) -> float:
-            fn()
-            times = []
-            for _ in range(repeats):
+        calls[name] = {"forward": forward, "forward_backward": forward_backward}
+    times = {(name, kind): [] for name in calls for kind in ("forward", "forward_backward")}
+    for round_ in range(repeats + 1):  # round 0 warms up; then each block in turn, as in head_rows
+        for name, fns in calls.items():
+            for kind, fn in fns.items():
                 _sync(device)
                 start = time.perf_counter()
                 fn()
                 _sync(device)
-                times.append(time.perf_counter() - start)
-            return 1e3 * sorted(times)[len(times) // 2]
-
-        rows.append({"block": name, "tokens": n, "batch": batch, "forward_ms": median(forward),
-                     "forward_backward_ms": median(forward_backward)})
+                if round_:
+                    times[(name, kind)].append(time.perf_counter() - start)
+    median = {key: 1e3 * sorted(t)[len(t) // 2] for key, t in times.items()}
+    rows = [{"block": name, "tokens": n, "batch": batch, "forward_ms": median[(name, "forward")],
+             "forward_backward_ms": median[(name, "forward_backward")]} for name in calls]
     for r in rows:
         r["forward_over_softmax"] = r["forward_ms"] / rows[0]["forward_ms"]
         r["forward_backward_over_softmax"] = r["forward_backward_ms"] / rows[0]["forward_backward_ms"]
@@ -233,7 +240,7 @@ def section_osa(quick: bool = False, *, sizes=None, dv: int = 64, cap_s: float |
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     sizes = tuple(sizes or ((64, 256, 1024) if quick else SIZES))
     cap_s = cap_s if cap_s is not None else (1.0 if quick else 5.0)
-    repeats = repeats or (2 if quick else 5)
+    repeats = repeats or (3 if quick else 9)
     block_batch = block_batch or (64 if device.type == "cuda" else 8)
     ns_models = ns_models if ns_models is not None else [("vit_small", 224, {}),
                                                          ("vit_micro", 28, {"patch_size": 4})]

@@ -35,7 +35,7 @@ def paper_matrices(attn: nn.Module) -> dict[str, torch.Tensor]:
 
 def head_matrices(attn: nn.Module, h: int) -> dict[str, torch.Tensor]:
     """Head ``h``'s W^Q_h, W^K_h, W^V_h (each d x d_h) and W^O_h (d_h x d), as new tensors."""
-    d, dh = attn.proj.weight.shape[0], attn.head_dim
+    dh = attn.head_dim
     cols = slice(h * dh, (h + 1) * dh)
     m = paper_matrices(attn)
     return {"Q": m["Q"][:, cols], "K": m["K"][:, cols], "V": m["V"][:, cols], "O": m["O"][cols]}

@@ -109,7 +109,7 @@ def create_vit(
             ``xavier`` (Xavier-uniform attention and MLP weights, zero biases: the OSA paper's ViT
             baselines, seeds/004 Appendix E) | ``osa`` (seeds/004 Appendix C, for ``attention="osa"``).
         attention: ``softmax`` | ``linear`` (seeds/003's ``(1/k) Q K^T V``) | ``osa`` (seeds/004's
-            orthogonal ``exp(S)``); see ``attention.py``.
+            orthogonal ``exp(S)``); see ``attention.py`` and ``osa.py``.
         attention_args: the chosen attention's arguments (``ATTENTIONS[attention].DEFAULTS``: ``k`` for
             linear; ``basis``, ``ns_steps``, ``alpha`` for osa); a missing or None entry takes the
             default; an argument of another attention is refused.
