@@ -5,14 +5,17 @@ Three tables:
 * one head at d_v = 64 (ViT-S's), batch 1, forward only, ``A V`` from ``(q, k, v)`` for N = 64 ... 4096:
   the low-rank path of ``OrthogonalAttention.fused`` with the QR and the Newton-Schulz (K = 6) basis,
   against forming ``S`` (N x N) and calling ``torch.linalg.matrix_exp`` on it. The dense side stops
-  at the first N whose first call exceeds ``cap_s`` (the table says so). Time: the median of
-  ``repeats`` calls after one warm-up call. Memory: on a GPU the CUDA allocator's peak above what was
-  allocated before the call; on a CPU, in a fresh process, the peak resident set of the call above the
-  resident set just before it (``rss_child``: Linux's ``VmHWM`` reset after a warm-up call, glibc told
-  to give every block of 64 KiB or more back to the OS on free): what the OS actually had to give,
-  LAPACK's workspaces included, to within a few hundred KiB of small-block heap.
+  at the first N whose first call exceeds ``cap_s`` (the table says so). Time: after a warm-up call,
+  ``repeats`` interleaved rounds (each way once per round); ``forward_ms`` is the best round, the cost
+  without interference (on a shared machine a burst of load can multiply one call's time by ten),
+  ``median_ms`` the median, and ``over_qr`` compares best rounds. Memory: on a GPU the CUDA
+  allocator's peak above what was allocated before the call; on a CPU, in a fresh process, the peak
+  resident set of the call above the resident set just before it (``rss_child``: Linux's ``VmHWM``
+  reset after a warm-up call, glibc told to give every block of 64 KiB or more back to the OS on
+  free): what the OS actually had to give, LAPACK's workspaces included, to within about 1 MB of
+  small-block heap and thread stacks (the low-rank rows at small N read 0.03-1 MB).
 * an OSA ViT-S block (the ``osa`` preset's: no LayerNorms) against a softmax block (``skipless``'s, with
-  its LayerNorms) at 197 tokens, forward and forward + backward, as ratios.
+  its LayerNorms) at 197 tokens, forward and forward + backward (best of interleaved rounds), as ratios.
 * Newton-Schulz's error ``||A_K - A_QR||_2`` against K on real tokens at init: block 0 of an OSA ViT-S
   at 224 px (N = 197, d_v = 64) and of the paper's MNIST model (``vit_micro``, patch 4, 28 px: N = 50,
   d_v = 16), on a Gaussian image, worst head.
@@ -35,7 +38,7 @@ from skipless.models.osa import low_rank_factors
 
 from .table import markdown_table
 
-COLUMNS = ["N", "way", "forward_ms", "over_qr", "peak_mb", "note"]
+COLUMNS = ["N", "way", "forward_ms", "median_ms", "over_qr", "peak_mb", "note"]
 BLOCK_COLUMNS = ["block", "tokens", "batch", "forward_ms", "forward_backward_ms", "forward_over_softmax",
                  "forward_backward_over_softmax"]
 WAYS = ("low-rank qr", "low-rank newton-schulz", "dense expm")
@@ -131,13 +134,14 @@ def peak_memory_mb(way: str, n: int, dv: int, device: torch.device) -> float:
 def head_rows(sizes, dv: int, repeats: int, cap_s: float, device: torch.device, memory: bool) -> list[dict]:
     """Per N, every way: one warm-up call (the dense way stops for good once it exceeds ``cap_s``), then
     ``repeats`` rounds that time each way once in turn (so that a burst of load on a shared machine hits
-    all ways alike), the median per way."""
+    all ways alike): the best and the median round per way."""
     rows, dense_stopped_at = [], None
     for n in sizes:
         args = head_inputs(n, dv, device)
         by_way, timed = {}, {}
         for way in WAYS:
-            row = {"N": n, "way": way, "forward_ms": None, "over_qr": None, "peak_mb": None, "note": ""}
+            row = {"N": n, "way": way, "forward_ms": None, "median_ms": None, "over_qr": None, "peak_mb": None,
+                   "note": ""}
             rows.append(row)
             if way == "dense expm" and dense_stopped_at is not None:
                 row["note"] = f"not run: above the {cap_s:g} s cap from N = {dense_stopped_at}"
@@ -155,7 +159,8 @@ def head_rows(sizes, dv: int, repeats: int, cap_s: float, device: torch.device, 
             for fn, times in timed.values():
                 times.append(_timed(fn, args, device))
         for way, (_, times) in timed.items():
-            by_way[way]["forward_ms"] = 1e3 * sorted(times)[len(times) // 2]
+            times.sort()
+            by_way[way]["forward_ms"], by_way[way]["median_ms"] = 1e3 * times[0], 1e3 * times[len(times) // 2]
         for way, row in by_way.items():
             row["over_qr"] = row["forward_ms"] / by_way["low-rank qr"]["forward_ms"]
             if memory:
@@ -200,9 +205,9 @@ def block_rows(arch: str, tokens_side: int, batch: int, repeats: int, device: to
                 _sync(device)
                 if round_:
                     times[(name, kind)].append(time.perf_counter() - start)
-    median = {key: 1e3 * sorted(t)[len(t) // 2] for key, t in times.items()}
-    rows = [{"block": name, "tokens": n, "batch": batch, "forward_ms": median[(name, "forward")],
-             "forward_backward_ms": median[(name, "forward_backward")]} for name in calls]
+    best = {key: 1e3 * min(t) for key, t in times.items()}  # the best round, as in head_rows
+    rows = [{"block": name, "tokens": n, "batch": batch, "forward_ms": best[(name, "forward")],
+             "forward_backward_ms": best[(name, "forward_backward")]} for name in calls]
     for r in rows:
         r["forward_over_softmax"] = r["forward_ms"] / rows[0]["forward_ms"]
         r["forward_backward_over_softmax"] = r["forward_backward_ms"] / rows[0]["forward_backward_ms"]
@@ -252,11 +257,12 @@ def section_osa(quick: bool = False, *, sizes=None, dv: int = 64, cap_s: float |
                    "peak RSS of the call above the RSS before it, in a fresh process (VmHWM)") if memory else None,
         "dense_cap_s": cap_s, "d_v": dv, "repeats": repeats,
     }
-    text = (f"\nOSA, one head (d_v = {dv}, batch 1, forward, {device.type}, fp32, median of {repeats}): low rank "
+    text = (f"\nOSA, one head (d_v = {dv}, batch 1, forward, {device.type}, fp32, best and median of {repeats} "
+            f"rounds): low rank "
             f"against the dense N x N matrix_exp; peak_mb: {result['memory'] or 'not measured'}:\n"
             + markdown_table(result["head"], COLUMNS))
     text += (f"\n\none block ({block_arch}, {result['block'][0]['tokens']} tokens x {block_batch}, "
-             f"{'bf16 autocast' if device.type == 'cuda' else 'fp32'}), OSA against softmax:\n"
+             f"{'bf16 autocast' if device.type == 'cuda' else 'fp32'}, best of {repeats} rounds), OSA against softmax:\n"
              + markdown_table(result["block"], BLOCK_COLUMNS))
     ns_rows = []
     for r in result["newton_schulz"]:
