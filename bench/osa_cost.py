@@ -43,6 +43,10 @@ BLOCK_COLUMNS = ["block", "tokens", "batch", "forward_ms", "forward_backward_ms"
                  "forward_backward_over_softmax"]
 WAYS = ("low-rank qr", "low-rank newton-schulz", "dense expm")
 SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
+# One torch thread on a CPU: on the shared 2-core machine of this project, two threads made one QR of
+# 1024 x 128 take 500 ms against 8 ms on one (threads that wait for a descheduled sibling); one thread
+# measures the work, not the scheduler. ``section_osa(cpu_threads=None)`` keeps torch's number.
+CPU_THREADS = 1
 # glibc: every allocation of 64 KiB or more gets its own mapping, returned to the OS when freed (no
 # dynamic threshold, no retained heap), so the resident set follows the live tensors of the call.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
@@ -240,9 +244,23 @@ def newton_schulz_errors(arch: str, image_px: int, steps=range(1, 11), **overrid
 
 def section_osa(quick: bool = False, *, sizes=None, dv: int = 64, cap_s: float | None = None,
                 repeats: int | None = None, memory: bool = True, block_arch: str = "vit_small",
-                block_side: int = 14, block_batch: int | None = None, ns_models=None) -> tuple[dict, str]:
-    """The three tables (``sizes``, ``dv``, ``block_*``, ``ns_models``: smaller cases for a test)."""
+                block_side: int = 14, block_batch: int | None = None, ns_models=None,
+                cpu_threads: int | None = CPU_THREADS) -> tuple[dict, str]:
+    """The three tables (``sizes``, ``dv``, ``block_*``, ``ns_models``: smaller cases for a test), on a CPU
+    with ``cpu_threads`` torch threads (None: torch's own number)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    threads = torch.get_num_threads()
+    if device.type == "cpu" and cpu_threads:
+        torch.set_num_threads(cpu_threads)
+    try:
+        return _section(quick, sizes, dv, cap_s, repeats, memory, block_arch, block_side, block_batch, ns_models,
+                        device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _section(quick, sizes, dv, cap_s, repeats, memory, block_arch, block_side, block_batch, ns_models,
+             device) -> tuple[dict, str]:
     sizes = tuple(sizes or ((64, 256, 1024) if quick else SIZES))
     cap_s = cap_s if cap_s is not None else (1.0 if quick else 5.0)
     repeats = repeats or (3 if quick else 9)
@@ -255,14 +273,16 @@ def section_osa(quick: bool = False, *, sizes=None, dv: int = 64, cap_s: float |
         "newton_schulz": [newton_schulz_errors(a, px, **kw) for a, px, kw in ns_models],
         "memory": ("CUDA max_memory_allocated above the allocation before the call" if device.type == "cuda" else
                    "peak RSS of the call above the RSS before it, in a fresh process (VmHWM)") if memory else None,
-        "dense_cap_s": cap_s, "d_v": dv, "repeats": repeats,
+        "dense_cap_s": cap_s, "d_v": dv, "repeats": repeats, "threads": torch.get_num_threads(),
     }
-    text = (f"\nOSA, one head (d_v = {dv}, batch 1, forward, {device.type}, fp32, best and median of {repeats} "
+    where = "cuda" if device.type == "cuda" else f"cpu, {result['threads']} thread(s)"
+    text = (f"\nOSA, one head (d_v = {dv}, batch 1, forward, {where}, fp32, best and median of {repeats} "
             f"rounds): low rank "
             f"against the dense N x N matrix_exp; peak_mb: {result['memory'] or 'not measured'}:\n"
             + markdown_table(result["head"], COLUMNS))
     text += (f"\n\none block ({block_arch}, {result['block'][0]['tokens']} tokens x {block_batch}, "
-             f"{'bf16 autocast' if device.type == 'cuda' else 'fp32'}, best of {repeats} rounds), OSA against softmax:\n"
+             f"{'bf16 autocast' if device.type == 'cuda' else where + ', fp32'}, best of {repeats} rounds), "
+             "OSA against softmax:\n"
              + markdown_table(result["block"], BLOCK_COLUMNS))
     ns_rows = []
     for r in result["newton_schulz"]:
