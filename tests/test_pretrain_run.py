@@ -39,7 +39,7 @@ class LossRecorder(pl.Callback):
         self.losses.append(float(loss))
 
 
-@pytest.mark.parametrize("model", ["skip", "skipless", "skipless-plain", "decayed"])
+@pytest.mark.parametrize("model", ["skip", "skipless", "skipless-plain", "decayed", "osa"])
 @pytest.mark.parametrize("optim", ["adamw", "soap"])
 def test_every_preset_trains_with_both_optimizers(tmp_path, data_root, model, optim):
     cfg = tiny_cfg(tmp_path, data_root, f"model={model}", f"optim={optim}", "train.epochs=1",
