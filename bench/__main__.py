@@ -22,6 +22,9 @@ Sections (each can be chosen with ``--only``):
   (``optimizer_step.py``).
 - ``variants``: a supervised step with linear attention, OSA and SVD / DCT token graying against
   softmax attention, and the graying alone (``attention_variants.py``).
+- ``osa``: orthogonal self-attention's low-rank path (QR, Newton-Schulz) against the dense N x N
+  ``matrix_exp``, time and memory per N; an OSA ViT-S block against a softmax one; Newton-Schulz's
+  error against K (``osa_cost.py``).
 
 The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
 ``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
@@ -44,6 +47,7 @@ from .conditioning import section_conditioning
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
 from .optimizer_step import section_optim
+from .osa_cost import section_osa
 from .probe_sweep import bench_probe
 from .profile_step import section_profile
 from .side_by_side import section_official
@@ -52,10 +56,11 @@ from .tokencut_solvers import bench_section
 from .train_step import section_train
 
 SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader",
-            "compile", "variants")
+            "compile", "variants", "osa")
 # The sections that take only ``quick`` and return (result, the text to print), run last in this order.
 TEXT_SECTIONS = {"tokencut": bench_section, "conditioning": section_conditioning, "profile": section_profile,
-                 "compile": section_compile, "optim": section_optim, "variants": section_variants}
+                 "compile": section_compile, "optim": section_optim, "variants": section_variants,
+                 "osa": section_osa}
 
 
 def main() -> None:

@@ -255,6 +255,33 @@ def test_compile_bench_times_eager_and_both_compiled_ways():
     assert "over_eager" in text
 
 
+def test_osa_bench_reports_every_way_per_size_and_stops_the_dense_side_at_its_cap():
+    from bench.osa_cost import BLOCK_COLUMNS, COLUMNS, WAYS, section_osa
+
+    r, text = section_osa(True, sizes=(16, 48), dv=8, cap_s=0.0, repeats=1, block_arch="vit_tiny", block_side=2,
+                          block_batch=2, ns_models=[("vit_micro", 28, {"patch_size": 4, "depth": 1})])
+    rows = r["head"]
+    assert [(row["N"], row["way"]) for row in rows] == [(n, w) for n in (16, 48) for w in WAYS]
+    dense16, dense48 = rows[2], rows[5]
+    assert dense16["forward_ms"] > 0 and "above the 0 s cap" in dense16["note"]  # measured once, then stopped
+    assert dense48["forward_ms"] is None and dense48["peak_mb"] is None and "not run" in dense48["note"]
+    for row in rows:
+        assert set(COLUMNS) <= set(row)
+        if row["forward_ms"] is not None:
+            qr = next(q for q in rows if q["N"] == row["N"] and q["way"] == "low-rank qr")
+            assert row["forward_ms"] > 0 and row["peak_mb"] >= 0
+            assert row["over_qr"] == pytest.approx(row["forward_ms"] / qr["forward_ms"])
+    blocks = r["block"]
+    assert len(blocks) == 3 and blocks[0]["forward_over_softmax"] == 1.0 and blocks[0]["tokens"] == 5
+    assert all(set(BLOCK_COLUMNS) <= set(b) for b in blocks)
+    assert blocks[1]["forward_backward_over_softmax"] == pytest.approx(
+        blocks[1]["forward_backward_ms"] / blocks[0]["forward_backward_ms"])
+    (ns,) = r["newton_schulz"]
+    assert ns["tokens"] == 50 and ns["d_v"] == 16 and list(ns["errors"]) == list(range(1, 11))
+    assert all(0 <= e <= 2 for e in ns["errors"].values()) and ns["errors"][10] < ns["errors"][1]
+    assert text.count("| N | way |") == 1 and "| model | K=1 |" in text
+
+
 def test_our_side_runs_the_speed_keys_at_their_defaults_and_compiles_when_asked():
     from bench.side_by_side import our_config, sizes
     from skipless.config import load_config

@@ -35,7 +35,7 @@ def test_lr_comes_from_the_model_preset_per_optimizer():
 
 
 def test_unknown_group_choice_lists_the_valid_ones():
-    with pytest.raises(ConfigError, match="unknown model 'nonsense'; expected one of: attn-skip, decayed, mlp-skip, skip, skipless, skipless-centered, skipless-plain"):
+    with pytest.raises(ConfigError, match="unknown model 'nonsense'; expected one of: attn-skip, decayed, mlp-skip, osa, skip, skipless, skipless-centered, skipless-plain"):
         load_config("pretrain", ["model=nonsense"])
 
 
@@ -187,8 +187,8 @@ def test_no_group_file_restates_a_value_of_pretrain_yaml():
                 "model.drop_path_rate", "model.init"):
         setters = [p.name for g in ("model", "recipe") for p in (CONFIG_DIR / g).glob("*.yaml")
                    if key in flat(OmegaConf.load(p))]
-        cutskip_presets = ["skipless-centered.yaml", "skipless.yaml"]
-        assert sorted(setters) == (cutskip_presets if key == "model.init" else []), (key, setters)
+        init_presets = ["osa.yaml", "skipless-centered.yaml", "skipless.yaml"]  # cutskip, and osa's own init
+        assert sorted(setters) == (init_presets if key == "model.init" else []), (key, setters)
 
 
 def test_a_default_may_follow_an_earlier_groups_choice(tmp_path):
@@ -220,6 +220,10 @@ def test_null_model_keys_build_the_papers_values():
                                    "model.init_args.alpha=2", "model.alpha_min=0.5"])
     args = backbone_factory(cfg, 0.0).skipless_args
     assert args["init_args"]["alpha"] == 2 and args["init_args"]["beta"] == 1.0 and args["alpha_min"] == 0.5
+    cfg = load_config("pretrain", ["data=imagenet", "model=osa", "model.arch=vit_tiny", "model.depth=1"])
+    args = backbone_factory(cfg, 0.0).skipless_args
+    assert args["attention_args"] == {"basis": "qr", "ns_steps": 6, "alpha": 0.1}  # seeds/004, Appendix E
+    assert (args["attention"], args["init"], args["norm"], args["final_norm"]) == ("osa", "osa", "none", False)
 
 
 @pytest.mark.parametrize("entry", ["pretrain", "train"])

@@ -39,7 +39,7 @@ class LossRecorder(pl.Callback):
         self.losses.append(float(loss))
 
 
-@pytest.mark.parametrize("model", ["skip", "skipless", "skipless-plain", "decayed"])
+@pytest.mark.parametrize("model", ["skip", "skipless", "skipless-plain", "decayed", "osa"])
 @pytest.mark.parametrize("optim", ["adamw", "soap"])
 def test_every_preset_trains_with_both_optimizers(tmp_path, data_root, model, optim):
     cfg = tiny_cfg(tmp_path, data_root, f"model={model}", f"optim={optim}", "train.epochs=1",
@@ -117,7 +117,7 @@ def test_knn_monitor_scores_teacher_and_random(tmp_path, data_root):
 
 def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert main(["model=nonsense"]) == 1
-    assert "expected one of: attn-skip, decayed, mlp-skip, skip, skipless, skipless-centered, skipless-plain" in capsys.readouterr().err
+    assert "expected one of: attn-skip, decayed, mlp-skip, osa, skip, skipless, skipless-centered, skipless-plain" in capsys.readouterr().err
     assert main(["optim=sgd"]) == 1
     assert "expected one of: adamw, soap" in capsys.readouterr().err
     assert main(["data=imagenet", f"data.root={tmp_path / 'absent'}"]) == 1

@@ -1,18 +1,21 @@
 """The ViT family of skipless: residual modes, initialisations, the feature API, backbone files."""
-from .attention import ATTENTIONS, SoftmaxAttention, flash_attn_available, use_explicit_attention
+from .attention import SoftmaxAttention, flash_attn_available, use_explicit_attention
 from .block import DEFAULT_ALPHA_MIN, RESIDUAL_MODES, ResidualBlock, decayed_gains
 from .checkpoint import BackboneLoadError, load_backbone, save_backbone
 from .features import KINDS, FeatureRequestError, extract_features, patch_features, patch_grid, resolve_layers
-from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, paper_matrices, suo_
+from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, head_matrices, osa_init_, paper_matrices, stiefel, suo_
+from .osa import OrthogonalAttention
 from .pos_embed import POS_EMBED_INTERPS
 from .timm_weights import load_timm_backbone
-from .vit import ARCHS, SkiplessViT, backbone_args, create_vit, drop_path_rates, freeze_for_eval
+from .vit import ARCHS, ATTENTIONS, SkiplessViT, backbone_args, create_vit, drop_path_rates, freeze_for_eval
 
 __all__ = [
     "ARCHS", "ATTENTIONS", "CUTSKIP_DEFAULTS", "DEFAULT_ALPHA_MIN", "INITS", "KINDS", "POS_EMBED_INTERPS",
     "RESIDUAL_MODES",
-    "BackboneLoadError", "FeatureRequestError", "ResidualBlock", "SkiplessViT", "SoftmaxAttention",
+    "BackboneLoadError", "FeatureRequestError", "OrthogonalAttention", "ResidualBlock", "SkiplessViT",
+    "SoftmaxAttention",
     "backbone_args", "create_vit", "cutskip_init_", "decayed_gains", "drop_path_rates",
-    "extract_features", "flash_attn_available", "freeze_for_eval", "load_backbone", "load_timm_backbone",
-    "paper_matrices", "patch_features", "patch_grid", "resolve_layers", "save_backbone", "suo_", "use_explicit_attention",
+    "extract_features", "flash_attn_available", "freeze_for_eval", "head_matrices", "load_backbone",
+    "load_timm_backbone", "osa_init_", "paper_matrices", "patch_features", "patch_grid", "resolve_layers",
+    "save_backbone", "stiefel", "suo_", "use_explicit_attention",
 ]

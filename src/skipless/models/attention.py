@@ -7,7 +7,8 @@ since the fused kernels have no forward-mode derivative. Both paths use the same
 choice is a run-time switch (``use_explicit_attention``), never a different model.
 
 Parameter names are timm's (``qkv``, ``proj``), so timm state dicts load unchanged. Every attention
-class of ``ATTENTIONS`` states its own arguments once, in ``DEFAULTS``; ``create_vit`` fills the
+class states its own arguments once, in ``DEFAULTS``; ``create_vit`` (whose ``ATTENTIONS`` table names
+the classes of this file and ``osa.OrthogonalAttention``, a subclass of ``SoftmaxAttention``) fills the
 ``attention_args`` a config leaves null from them and hands them to ``configure`` after timm built
 the module (timm's block builds attention layers from a class, with its own arguments only).
 """
@@ -124,6 +125,3 @@ def flash_attn_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-ATTENTIONS: dict[str, type[SoftmaxAttention]] = {"softmax": SoftmaxAttention, "linear": LinearAttention}

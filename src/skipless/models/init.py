@@ -1,15 +1,17 @@
-"""Initialisations of the skipless ViT (Ji et al., "Cutting the Skip", Section 5).
+"""Initialisations of the skipless ViT (Ji et al., "Cutting the Skip", Section 5; seeds/004 Appendix C for OSA).
 
-The paper writes a self-attention head with right-multiplied matrices,
-``SA(X) = softmax(X W^Q (X W^K)^T / sqrt(d_h)) X W^V W^O``. timm stores ``y = x W^T`` Linear layers
-and one fused ``qkv`` Linear whose weight rows are ``[Q; K; V]``, each head-major. Hence
+The papers write a self-attention head with right-multiplied matrices,
+``SA(X) = softmax(X W^Q (X W^K)^T / sqrt(d_h)) X W^V W^O`` (OSA: ``exp(S) X W^V_h W^O_h``, summed over
+heads). timm stores ``y = x W^T`` Linear layers and one fused ``qkv`` Linear whose weight rows are
+``[Q; K; V]``, each head-major, and ``proj`` reads the heads' outputs concatenated. Hence
 
     W^Q   = qkv.weight[0:d].T          W^Q_h = qkv.weight[h*d_h:(h+1)*d_h].T
     W^K   = qkv.weight[d:2d].T         W^K_h = qkv.weight[d+h*d_h : d+(h+1)*d_h].T
-    W^V   = qkv.weight[2d:3d].T
-    W^O   = proj.weight.T
+    W^V   = qkv.weight[2d:3d].T        W^V_h = qkv.weight[2d+h*d_h : 2d+(h+1)*d_h].T
+    W^O   = proj.weight.T              W^O_h = proj.weight[:, h*d_h:(h+1)*d_h].T     (d_h x d)
 
-``paper_matrices`` returns these views so that tests (and readers) check the mapping once.
+``paper_matrices`` and ``head_matrices`` return these views so that tests (and readers) check the
+mapping once.
 """
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ import math
 import torch
 from torch import nn
 
-INITS = ("timm", "cutskip", "xavier")
+from ..errors import ModelArgumentError
+
+INITS = ("timm", "cutskip", "xavier", "osa")
 
 
 def paper_matrices(attn: nn.Module) -> dict[str, torch.Tensor]:
@@ -27,6 +31,14 @@ def paper_matrices(attn: nn.Module) -> dict[str, torch.Tensor]:
     w = attn.qkv.weight.detach()
     return {"Q": w[:d].T.clone(), "K": w[d : 2 * d].T.clone(), "V": w[2 * d :].T.clone(),
             "O": attn.proj.weight.detach().T.clone()}
+
+
+def head_matrices(attn: nn.Module, h: int) -> dict[str, torch.Tensor]:
+    """Head ``h``'s W^Q_h, W^K_h, W^V_h (each d x d_h) and W^O_h (d_h x d), as new tensors."""
+    dh = attn.head_dim
+    cols = slice(h * dh, (h + 1) * dh)
+    m = paper_matrices(attn)
+    return {"Q": m["Q"][:, cols], "K": m["K"][:, cols], "V": m["V"][:, cols], "O": m["O"][cols]}
 
 
 @torch.no_grad()
@@ -71,6 +83,16 @@ def _mimetic_query_key_(attn: nn.Module, alpha: float, beta: float, gen: torch.G
         attn.qkv.bias[: 2 * d] = 0.0
 
 
+def stiefel(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
+    """A float64 ``n x m`` matrix uniform on the Stiefel manifold ``{W : W^T W = I_m}`` (``n >= m``):
+    the reduced QR of a Gaussian matrix with each column of ``Q`` multiplied by the sign of ``R``'s
+    diagonal entry (seeds/004 Algorithm 1, after Mezzadri 2006; without the sign fix ``Q`` is not
+    uniform)."""
+    z = torch.randn(n, m, generator=gen, dtype=torch.float64)
+    q, r = torch.linalg.qr(z)
+    return q * torch.sign(torch.diagonal(r))
+
+
 @torch.no_grad()
 def suo_(linear: nn.Linear, gen: torch.Generator) -> None:
     """Scaled uniform orthogonal (Martens et al. 2021): a Haar-random (semi-)orthogonal matrix
@@ -79,9 +101,7 @@ def suo_(linear: nn.Linear, gen: torch.Generator) -> None:
     For ``W`` of shape (out, in): if out >= in, ``W^T W = s^2 I``; otherwise ``W W^T = s^2 I``.
     """
     out_f, in_f = linear.weight.shape
-    g = torch.randn(max(out_f, in_f), min(out_f, in_f), generator=gen, dtype=torch.float64)
-    q, r = torch.linalg.qr(g)
-    q = q * torch.sign(torch.diagonal(r))  # sign fix: makes Q Haar-distributed
+    q = stiefel(max(out_f, in_f), min(out_f, in_f), gen)
     w = q if out_f >= in_f else q.T
     scale = max(1.0, math.sqrt(out_f / in_f))
     linear.weight.copy_((scale * w).to(linear.weight.dtype))
@@ -171,13 +191,54 @@ def xavier_init_(model: nn.Module) -> None:
                 lin.bias.zero_()
 
 
+@torch.no_grad()
+def osa_init_(model: nn.Module, seed: int | None = None) -> None:
+    """The OSA-Transformer's initialisation (seeds/004, Appendix C), applied after timm's own.
+
+    Per block and head, independently (Appendix C.1: "U, V i.i.d."; draws in this order):
+    ``[W^Q_h, W^K_h] = U`` with ``U`` uniform on the Stiefel manifold ``d x 2 d_v`` (C.2: then
+    ``W^Q_h W^K_h^T - W^K_h W^Q_h^T`` has all non-zero singular values 1, Theorem C.2), ``W^V_h`` and
+    ``W^O_h^T`` each uniform on the Stiefel manifold ``d x d_v`` (C.1: ``W^V_h W^O_h`` has all non-zero
+    singular values 1). Then the MLP weights SUO (C.4, ``suo_``) with zero biases. The attention has
+    no biases (``OrthogonalAttention``); alpha keeps its configured value (Appendix E: 0.1).
+    Draws from torch's global generator unless ``seed`` is given (as ``cutskip_init_``).
+
+    Only each head is well conditioned: the layer's ``sum_h W^V_h W^O_h`` of independent heads is a
+    sum of independent partial isometries, whose smallest singular value is far below 1
+    (``tests/test_models_osa.py`` measures the layer's Jacobian).
+    """
+    gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
+    for block in model.blocks:
+        attn = block.attn
+        d, dh, heads = attn.proj.weight.shape[0], attn.head_dim, attn.num_heads
+        if 2 * dh > d:
+            raise ModelArgumentError(f"init=osa draws [W^Q_h, W^K_h] with orthonormal columns, which needs "
+                                     f"2 d_v <= d (at least 2 heads); got {heads} head(s) of {dh} in width {d}")
+        dtype = attn.qkv.weight.dtype
+        for h in range(heads):
+            lo, hi = h * dh, (h + 1) * dh
+            qk = stiefel(d, 2 * dh, gen)
+            attn.qkv.weight[lo:hi] = qk[:, :dh].T.to(dtype)  # W^Q_h = qkv.weight[h d_h:(h+1) d_h].T
+            attn.qkv.weight[d + lo : d + hi] = qk[:, dh:].T.to(dtype)  # W^K_h
+            attn.qkv.weight[2 * d + lo : 2 * d + hi] = stiefel(d, dh, gen).T.to(dtype)  # W^V_h
+            attn.proj.weight[:, lo:hi] = stiefel(d, dh, gen).to(dtype)  # W^O_h^T = proj.weight[:, h d_h:(h+1) d_h]
+        for lin in (attn.qkv, attn.proj):
+            if lin.bias is not None:
+                lin.bias.zero_()
+        suo_(block.mlp.fc1, gen)
+        suo_(block.mlp.fc2, gen)
+
+
 def apply_init_(model: nn.Module, init: str, init_args: dict, residual: str) -> None:
-    """The initialisation ``create_vit`` names, after timm's own: ``timm`` keeps it, ``cutskip`` and
-    ``xavier`` overwrite the blocks; the decayed mode then zeroes the output projections (Zhang et al.)."""
+    """The initialisation ``create_vit`` names, after timm's own: ``timm`` keeps it, ``cutskip``,
+    ``xavier`` and ``osa`` overwrite the blocks; the decayed mode then zeroes the output projections
+    (Zhang et al.). ``init_args`` are cutskip's (the other inits take none)."""
     if init == "cutskip":
         cutskip_init_(model, **init_args)
     elif init == "xavier":
         xavier_init_(model)
+    elif init == "osa":
+        osa_init_(model)
     elif init != "timm":
         raise ValueError(f"unknown init {init!r}; expected one of {', '.join(INITS)}")
     if residual == "decayed":

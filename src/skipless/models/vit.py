@@ -13,10 +13,11 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from .attention import ATTENTIONS
 from ..errors import ModelArgumentError
+from .attention import LinearAttention, SoftmaxAttention
 from .block import DEFAULT_ALPHA_MIN, NORMS, RESIDUAL_MODES, ResidualBlock, decayed_gains
 from .init import CUTSKIP_DEFAULTS, INITS, apply_init_
+from .osa import OrthogonalAttention
 from .pos_embed import POS_EMBED_INTERPS, resample_pos_embed
 from .token_graying import DEFAULT_EPS, GRAYING_METHODS, GrayedPatchEmbed, check_graying
 
@@ -28,6 +29,11 @@ ARCHS: dict[str, dict[str, int]] = {
     # The OSA paper's MNIST transformer (seeds/004, Appendix E: 6 blocks, d 64, 4 heads; patch 4 there).
     "vit_micro": dict(embed_dim=64, depth=6, num_heads=4),
 }
+# Attentions by name. Each is a ``SoftmaxAttention`` (same parameter names, the feature API's captures,
+# the explicit path of the diagnostics) whose arguments are its class's ``DEFAULTS``. The table lives
+# here, beside the factory that reads it, so that attention.py need not import its subclasses.
+ATTENTIONS: dict[str, type[SoftmaxAttention]] = {
+    "softmax": SoftmaxAttention, "linear": LinearAttention, "osa": OrthogonalAttention}
 # Initialisations that write the attention weights, and the attentions whose weights they know.
 INIT_ATTENTIONS: dict[str, tuple[str, ...]] = {"cutskip": ("softmax", "linear"), "osa": ("osa",)}
 
@@ -103,7 +109,7 @@ def create_vit(
             ``xavier`` (Xavier-uniform attention and MLP weights, zero biases: the OSA paper's ViT
             baselines, seeds/004 Appendix E) | ``osa`` (seeds/004 Appendix C, for ``attention="osa"``).
         attention: ``softmax`` | ``linear`` (seeds/003's ``(1/k) Q K^T V``) | ``osa`` (seeds/004's
-            orthogonal ``exp(S)``); see ``attention.py``.
+            orthogonal ``exp(S)``); see ``attention.py`` and ``osa.py``.
         attention_args: the chosen attention's arguments (``ATTENTIONS[attention].DEFAULTS``: ``k`` for
             linear; ``basis``, ``ns_steps``, ``alpha`` for osa); a missing or None entry takes the
             default; an argument of another attention is refused.
@@ -216,4 +222,4 @@ def freeze_for_eval(model: torch.nn.Module, device: str | torch.device = "cpu") 
     return model
 
 
-__all__ = ["ARCHS", "SkiplessViT", "create_vit", "backbone_args", "drop_path_rates", "freeze_for_eval"]
+__all__ = ["ARCHS", "ATTENTIONS", "SkiplessViT", "create_vit", "backbone_args", "drop_path_rates", "freeze_for_eval"]
