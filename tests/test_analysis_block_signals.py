@@ -132,3 +132,12 @@ def test_update_ratio_after_a_manual_sgd_step():
     for i in got:
         assert got[i] == pytest.approx(lr * np.linalg.norm(steps[i]) / np.linalg.norm(before[i]), rel=1e-4)
     assert update_ratios(model, parameter_snapshot(model)) == {0: 0.0, 1: 0.0}
+
+
+@pytest.mark.parametrize("attention", ["linear", "osa"])
+def test_attention_that_is_not_a_distribution_has_no_entropy_and_the_other_signals(attention):
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", depth=1, attention=attention, init="osa" if attention == "osa" else "timm")
+    got = attention_signals(model, torch.randn(2, 3, 32, 32))[0]
+    assert "attention_entropy" not in got
+    assert math.isfinite(got["attention_diagonal"]) and math.isfinite(got["token_cosine"])

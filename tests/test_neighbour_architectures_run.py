@@ -23,6 +23,7 @@ VARIANTS = {
                  dict(token_graying={"method": "dct", "eps": 0.9})),
     "no-norm": (["model.norm=none", "model.final_norm=false", "model.residual=skipless"],
                 dict(norm="none", final_norm=False, residual="skipless")),
+    "osa": (["model=osa"], dict(attention="osa", init="osa", residual="skipless", norm="none", final_norm=False)),
 }
 
 

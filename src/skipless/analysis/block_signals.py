@@ -30,7 +30,9 @@ def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[
     """Per block, from one no-grad forward in eval mode (the model's mode is restored):
 
     - ``attention_entropy``: mean over images, heads and query tokens of the entropy (nats) of
-      the attention row; ln n for uniform attention over n tokens, 0 for one-hot rows;
+      the attention row; ln n for uniform attention over n tokens, 0 for one-hot rows; only where
+      the rows are distributions (softmax): linear attention's and OSA's rows have negative
+      entries, and the entry is left out;
     - ``attention_diagonal``: mean weight a token puts on itself; 1/n for uniform attention;
     - ``token_cosine``: mean cosine similarity between distinct patch tokens of the block output
       (prefix tokens dropped), averaged over images; 1 when the tokens have collapsed onto one
@@ -44,10 +46,11 @@ def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[
     for i in range(len(model.blocks)):
         a = feats[("attn", i)].double()
         n = a.shape[-1]
-        entropy = -torch.special.xlogy(a, a).sum(-1).mean()
         diagonal = torch.diagonal(a, dim1=-2, dim2=-1).mean()
-        result[i] = {"attention_entropy": float(entropy), "attention_diagonal": float(diagonal),
+        result[i] = {"attention_diagonal": float(diagonal),
                      "token_cosine": _mean_pairwise_cosine(feats[("out", i)][:, prefix:].double()), "tokens": n}
+        if bool((a >= 0).all()) and torch.allclose(a.sum(-1), torch.ones((), dtype=a.dtype), atol=1e-4):
+            result[i]["attention_entropy"] = float(-torch.special.xlogy(a, a).sum(-1).mean())
     return result
 
 

@@ -112,5 +112,6 @@ class BlockSignals(pl.Callback):
             found = attention_signals(student, self._images.to(pl_module.device))
         for b, row in found.items():
             for name in ("attention_entropy", "attention_diagonal", "token_cosine"):
-                metrics[f"signals/{name}/block{b}"] = row[name]
+                if name in row:  # no entropy for attention rows that are not distributions
+                    metrics[f"signals/{name}/block{b}"] = row[name]
         _log(trainer, metrics)
