@@ -11,8 +11,9 @@ What survives a kill: a training run that has a ``last.ckpt`` continues from it 
 exact resume); one killed before its first checkpoint is moved aside (``<folder>.incomplete-<time>``)
 and starts again; an evaluation starts again in its own output folder. Done jobs are never rerun.
 
-Training runs are shared by the experiments of a scale: the same config is the same folder, so
-Table 2's runs serve Tables 5-6 too. Layout of ``runs/paper/<scale>/`` (paths in a ``Job`` are
+Training runs are shared by the experiments of a scale: the same config is the same folder (an existing
+folder ending with the config's hash is reused whatever its cell is called), so Table 2's runs serve
+Tables 5-6 too. Layout of ``runs/paper/<scale>/`` (paths in a ``Job`` are
 relative to it)::
 
     runs/<cell>-<hash>/           the training runs (run.root), each a normal run folder
@@ -97,6 +98,13 @@ def _slug(labels: dict[str, str]) -> str:
     return "-".join(str(v) for v in labels.values()) or "run"
 
 
+def _existing_run(base: Path, digest: str) -> str | None:
+    """The folder name of a training run already started with this config hash, whatever the cell that
+    started it calls it (Table 2's ``skipless`` is Tables 5-6's ``skipless+init``): one config, one run."""
+    found = sorted(p.name for p in (base / "runs").glob(f"*-{digest}") if p.is_dir())
+    return found[0] if found else None
+
+
 def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = (), exports: list[int] = ()
          ) -> tuple[list[Job], list[dict[str, Any]]]:
     """(the jobs of ``experiment`` at ``scale`` in dependency order, the cells the scale does not run).
@@ -122,7 +130,7 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
         extra = [f"train.export_epochs=[{','.join(map(str, exported))}]"] if exported else []
         args = [*overrides, *extra, *run_extra]
         digest = config_hash(experiment.runs.entry, args)
-        run_name = f"{_slug(labels)}-{digest}"
+        run_name = _existing_run(base, digest) or f"{_slug(labels)}-{digest}"
         run_dir = f"runs/{run_name}"
         outputs = ["backbone.pt", *(f"backbone-epoch{e}.pt" for e in epochs)]
         runs.append(Job(name=f"{experiment.runs.entry}-{_slug(labels)}", kind="run", entry=experiment.runs.entry,

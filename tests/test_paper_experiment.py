@@ -166,3 +166,22 @@ def test_experiments_of_a_scale_share_their_training_runs(tmp_path):
         assert len(skip_adamw) == 1  # one training serves Table 2 and Tables 5-6
         cfg = load_config("pretrain", [o for o in table2[0].overrides if not o.startswith("run.")])
         assert set(load_experiment("tables5-6").epochs[scale]) <= set(cfg.train.export_epochs)
+
+
+def test_a_run_started_under_another_cell_name_is_reused_not_trained_again(tmp_path):
+    exports = list(load_config("paper").exports["demo"])
+    table2, _ = plan(load_experiment("table2"), "demo", tmp_path, exports=exports)
+    for job in table2:
+        if job.kind == "run":
+            (tmp_path / job.run_dir).mkdir(parents=True)
+    tables56, _ = plan(load_experiment("tables5-6"), "demo", tmp_path, exports=exports)
+    in_table2 = {tuple(j.labels.values()): j for j in table2 if j.kind == "run"}
+    in_tables56 = {tuple(j.labels.values()): j for j in tables56 if j.kind == "run"}
+    # the same config (model=skipless optim=adamw) is "skipless" in Table 2 and "skipless+init" in Tables 5-6
+    shared, first = in_tables56[("skipless+init", "adamw")], in_table2[("skipless", "adamw")]
+    assert shared.config_hash == first.config_hash
+    assert (shared.run_dir, shared.marker) == (first.run_dir, first.marker)
+    # Tables 5-6's "skipless" (model=skipless-plain) is a config no Table 2 run has: a folder of its own
+    plain = in_tables56[("skipless", "adamw")]
+    assert plain.config_hash not in {j.config_hash for j in in_table2.values()}
+    assert plain.run_dir not in {j.run_dir for j in in_table2.values()}
