@@ -24,7 +24,7 @@ def test_a_bug_keeps_its_traceback_and_a_result_passes_through():
     assert exit_on_user_error(lambda: 7) == 7
 
 
-@pytest.mark.parametrize("kwargs", [{"residual": "half"}, {"init": "xavier"}, {"init_args": {"gamma": 1.0}},
+@pytest.mark.parametrize("kwargs", [{"residual": "half"}, {"init": "kaiming"}, {"init_args": {"gamma": 1.0}},
                                     {"pos_embed_interp": "nearest"}, {"global_pool": "max"}])
 def test_an_unknown_model_argument_is_a_user_error_listing_the_valid_values(kwargs):
     with pytest.raises(ModelArgumentError, match="expected") as err:
