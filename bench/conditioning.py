@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import tempfile
 import time
 from typing import Any
 
@@ -63,8 +64,9 @@ def make_conditioning(quick: bool) -> dict[str, Any]:
     from skipless.config import load_config
 
     extra = ["solver.max_iter=4", "num_images=2", "image_size=64"] if quick else []
-    cfg = load_config("conditioning", ["ckpt=init:skip", "out=bench/conditioning-run", *extra])
-    written, seconds = _timed(lambda: run(cfg))
+    with tempfile.TemporaryDirectory(prefix="bench-conditioning-") as out:  # its JSON/figures are not the bench's
+        cfg = load_config("conditioning", ["ckpt=init:skip", f"out={out}", *extra])
+        written, seconds = _timed(lambda: run(cfg))
     record = written["results"]["init-skip"]
     return {"backbone": "init:skip (ViT-S)", "total_s": seconds, **{f"{k}_s": v for k, v in record["seconds"].items()}}
 
