@@ -52,8 +52,8 @@ def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) ->
         record = {"evaluation": job.evaluation if job.kind == "eval" else RUNS, "labels": job.labels, "job": job.name}
         if is_done(folder, job):
             files = result_files(folder, job) if job.kind == "eval" else [folder / job.run_dir / "summary.json"]
-            record.update(state="done", result=json.loads(files[0].read_text()) if files[0].is_file() else {},
-                          file=files[0])
+            is_json = files[0].suffix == ".json" and files[0].is_file()  # an evaluator's result may be a figure
+            record.update(state="done", result=json.loads(files[0].read_text()) if is_json else {}, file=files[0])
         else:
             marker = read_marker(folder, job) or {}
             status = marker.get("status") if marker.get("config_hash") == job.config_hash else None

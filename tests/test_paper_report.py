@@ -70,3 +70,17 @@ def test_a_condition_number_that_did_not_converge_is_a_lower_bound(tmp_path):
     record = {"state": "done", "result": {"jacobian": {"value": 3.2e5, "converged": False, "reason": None}}}
     assert _cell_text(record, "jacobian.value", None) == ">= 3.2e+05"
     assert number(1.0512) == "1.05" and number(56.3) == "56.3" and number(float("inf")) == "∞"
+
+
+def test_an_evaluation_whose_result_is_a_figure_is_embedded_not_parsed(tmp_path):
+    experiment = load_experiment("table2")
+    base = tmp_path / "demo"
+    jobs, skipped = plan(experiment, "demo", base)
+    pca = next(j for j in jobs if j.evaluation == "pca")
+    _done(base, next(j for j in jobs if j.name == pca.depends[0]))
+    figure = base / Path(pca.result).parent.parent / "backbone-epoch4" / "pca-blocks.png"
+    figure.parent.mkdir(parents=True)
+    figure.write_bytes(b"\x89PNG\r\n\x1a\n")  # not UTF-8, not JSON
+    write_marker(base, pca, "done", seconds=1.0)
+    text = write_report(base, experiment, "demo", jobs, skipped, "make paper EXP=table2").read_text()
+    assert str(figure.relative_to(base / "table2")) in text
