@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -190,6 +191,21 @@ def is_done(folder: Path, job: Job) -> bool:
     return not job.result or bool(result_files(folder, job))
 
 
+def marker_status(marker: dict[str, Any]) -> str | None:
+    """The status a marker records, except that a job marked running whose process on this host is
+    gone (killed with its ``make paper``) is ``interrupted``: the next call reruns or resumes it. A job
+    running on another host (a SLURM node) is taken at its word."""
+    status = marker.get("status")
+    if status == "running" and marker.get("host") == socket.gethostname() and marker.get("pid"):
+        try:
+            os.kill(int(marker["pid"]), 0)
+        except ProcessLookupError:
+            return "interrupted"
+        except PermissionError:  # alive, another user's
+            pass
+    return status
+
+
 def write_marker(folder: Path, job: Job, status: str, **extra: Any) -> None:
     record = {"job": job.name, "status": status, "config_hash": job.config_hash, "command": job.shown(),
               "labels": job.labels, "date": time.strftime("%Y-%m-%d %H:%M:%S"), **extra}
@@ -230,7 +246,8 @@ def run_job(folder: str | Path, job: Job, env: dict[str, str] | None = None) -> 
     command = prepared_command(folder, job, move_aside=first)
     start = time.time()
     if first:
-        write_marker(folder, job, "running", log=str(log.relative_to(folder)))
+        write_marker(folder, job, "running", log=str(log.relative_to(folder)), host=socket.gethostname(),
+                     pid=os.getpid())
     env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(REPO / "src"),
                                                                       os.environ.get("PYTHONPATH")]))}
     with log.open("a") as out:

@@ -30,7 +30,7 @@ from typing import Any
 from skipless.atomic import atomic_write
 
 from .experiment import RUNS, Experiment, axis_names
-from .jobs import Job, is_done, read_marker, result_files
+from .jobs import Job, is_done, marker_status, read_marker, result_files
 
 NOT_AT_SCALE = "not at this scale"
 
@@ -56,8 +56,9 @@ def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) ->
             record.update(state="done", result=json.loads(files[0].read_text()) if is_json else {}, file=files[0])
         else:
             marker = read_marker(folder, job) or {}
-            status = marker.get("status") if marker.get("config_hash") == job.config_hash else None
-            record.update(state=status if status in ("failed", "blocked", "running", "submitted") else "pending",
+            status = marker_status(marker) if marker.get("config_hash") == job.config_hash else None
+            record.update(state=status if status in ("failed", "blocked", "running", "submitted", "interrupted")
+                          else "pending",
                           error=marker.get("error"))
         records.append(record)
     for cell in skipped:
@@ -307,7 +308,7 @@ def _jobs_table(folder: Path, jobs: list[Job], here: Path) -> str:
     for job in jobs:
         marker = read_marker(folder, job) or {}
         same = marker.get("config_hash") == job.config_hash
-        state = "done" if is_done(folder, job) else (marker.get("status") if same else None) or "not run yet"
+        state = "done" if is_done(folder, job) else (marker_status(marker) if same else None) or "not run yet"
         target = folder / job.run_dir if job.run_dir else Path(str(folder / job.result)).parents[1]
         where = os.path.relpath(target, here)
         note = marker.get("error", "") if state != "done" else f"{marker.get('seconds', 0):.0f} s"

@@ -1,13 +1,17 @@
 """The report of ``make paper`` from result files laid out by hand: tables beside the paper's numbers
 (∞, lower bounds, cells not at this scale), the runs' own metrics, and TensorBoard histories."""
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from paper.experiment import load_experiment
-from paper.jobs import plan, write_marker
+from paper.jobs import marker_status, plan, read_marker, write_marker
 from paper.report import number, write_report
 
 EXPERIMENT = {
@@ -84,3 +88,19 @@ def test_an_evaluation_whose_result_is_a_figure_is_embedded_not_parsed(tmp_path)
     write_marker(base, pca, "done", seconds=1.0)
     text = write_report(base, experiment, "demo", jobs, skipped, "make paper EXP=table2").read_text()
     assert str(figure.relative_to(base / "table2")) in text
+
+
+def test_a_job_whose_process_is_gone_is_interrupted_not_running(tmp_path):
+    experiment = load_experiment("table2")
+    base = tmp_path / "demo"
+    jobs, skipped = plan(experiment, "demo", base)
+    alive, killed = jobs[0], jobs[1]
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that no longer exists (as the process of a killed make paper)
+    write_marker(base, alive, "running", host=socket.gethostname(), pid=os.getpid())
+    write_marker(base, killed, "running", host=socket.gethostname(), pid=gone.pid)
+    assert marker_status(read_marker(base, alive)) == "running"
+    assert marker_status(read_marker(base, killed)) == "interrupted"
+    assert marker_status({"status": "running", "host": "a-slurm-node", "pid": gone.pid}) == "running"
+    text = write_report(base, experiment, "demo", jobs, skipped, "make paper EXP=table2").read_text()
+    assert f"| {alive.name} | running |" in text and f"| {killed.name} | interrupted |" in text
