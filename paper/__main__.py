@@ -19,7 +19,7 @@ from skipless.config import ConfigError, load_config
 from skipless.errors import SkiplessError
 
 from .experiment import SCALES, ExperimentError, known_experiments, load_experiment
-from .jobs import REPO, is_done, marker_status, plan, read_marker
+from .jobs import REPO, job_state, plan
 from .local import elapsed, run_local
 from .report import write_report
 from .slurm import run_overrides, slurm_available, submit_slurm
@@ -63,8 +63,7 @@ def run(cfg: DictConfig, say=print) -> dict:
         + (f" ({len(skipped)} cells not at this scale)" if skipped else ""))
     if cfg.dry_run:
         for job in jobs:
-            marker = read_marker(folder, job) or {}
-            state = "done" if is_done(folder, job) else marker_status(marker) or "to run"
+            state = job_state(folder, job) or "to run"
             say(f"  [{state}] {job.name}: {job.shown()}")
         return {"jobs": jobs, "skipped": skipped}
     if cfg.report_only:

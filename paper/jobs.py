@@ -206,6 +206,17 @@ def marker_status(marker: dict[str, Any]) -> str | None:
     return status
 
 
+def job_state(folder: Path, job: Job) -> str | None:
+    """``done``, or what the marker of this very config says (running, interrupted, failed, blocked,
+    submitted); None when there is nothing to say (never run, another config's marker, or marked done
+    with its outputs gone). The one reading of a job's state for the dry run and the report."""
+    if is_done(folder, job):
+        return "done"
+    marker = read_marker(folder, job) or {}
+    status = marker_status(marker) if marker.get("config_hash") == job.config_hash else None
+    return None if status == "done" else status
+
+
 def write_marker(folder: Path, job: Job, status: str, **extra: Any) -> None:
     record = {"job": job.name, "status": status, "config_hash": job.config_hash, "command": job.shown(),
               "labels": job.labels, "date": time.strftime("%Y-%m-%d %H:%M:%S"), **extra}

@@ -30,7 +30,7 @@ from typing import Any
 from skipless.atomic import atomic_write
 
 from .experiment import RUNS, Experiment, axis_names
-from .jobs import Job, is_done, marker_status, read_marker, result_files
+from .jobs import Job, job_state, read_marker, result_files
 
 NOT_AT_SCALE = "not at this scale"
 
@@ -50,16 +50,13 @@ def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) ->
     records = []
     for job in jobs:
         record = {"evaluation": job.evaluation if job.kind == "eval" else RUNS, "labels": job.labels, "job": job.name}
-        if is_done(folder, job):
+        state = job_state(folder, job)
+        if state == "done":
             files = result_files(folder, job) if job.kind == "eval" else [folder / job.run_dir / "summary.json"]
             is_json = files[0].suffix == ".json" and files[0].is_file()  # an evaluator's result may be a figure
             record.update(state="done", result=json.loads(files[0].read_text()) if is_json else {}, file=files[0])
         else:
-            marker = read_marker(folder, job) or {}
-            status = marker_status(marker) if marker.get("config_hash") == job.config_hash else None
-            record.update(state=status if status in ("failed", "blocked", "running", "submitted", "interrupted")
-                          else "pending",
-                          error=marker.get("error"))
+            record.update(state=state or "pending", error=(read_marker(folder, job) or {}).get("error"))
         records.append(record)
     for cell in skipped:
         records.append({"evaluation": RUNS if cell["kind"] == "run" else cell["kind"],
@@ -307,8 +304,7 @@ def _jobs_table(folder: Path, jobs: list[Job], here: Path) -> str:
     rows = []
     for job in jobs:
         marker = read_marker(folder, job) or {}
-        same = marker.get("config_hash") == job.config_hash
-        state = "done" if is_done(folder, job) else (marker_status(marker) if same else None) or "not run yet"
+        state = job_state(folder, job) or "not run yet"
         target = folder / job.run_dir if job.run_dir else Path(str(folder / job.result)).parents[1]
         where = os.path.relpath(target, here)
         note = marker.get("error", "") if state != "done" else f"{marker.get('seconds', 0):.0f} s"
