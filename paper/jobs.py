@@ -181,14 +181,13 @@ def result_files(folder: Path, job: Job) -> list[Path]:
     return sorted(folder.glob(job.result)) if job.result else []
 
 
+def _outputs_exist(folder: Path, job: Job) -> bool:
+    return all((folder / o).is_file() for o in job.outputs) and (not job.result or bool(result_files(folder, job)))
+
+
 def is_done(folder: Path, job: Job) -> bool:
     """Finished with this very config: its marker says done with the same hash, and its outputs exist."""
-    marker = read_marker(folder, job)
-    if not marker or marker.get("status") != "done" or marker.get("config_hash") != job.config_hash:
-        return False
-    if not all((folder / o).is_file() for o in job.outputs):
-        return False
-    return not job.result or bool(result_files(folder, job))
+    return job_state(folder, job) == "done"
 
 
 def marker_status(marker: dict[str, Any]) -> str | None:
@@ -210,11 +209,11 @@ def job_state(folder: Path, job: Job) -> str | None:
     """``done``, or what the marker of this very config says (running, interrupted, failed, blocked,
     submitted); None when there is nothing to say (never run, another config's marker, or marked done
     with its outputs gone). The one reading of a job's state for the dry run and the report."""
-    if is_done(folder, job):
-        return "done"
     marker = read_marker(folder, job) or {}
-    status = marker_status(marker) if marker.get("config_hash") == job.config_hash else None
-    return None if status == "done" else status
+    if marker.get("config_hash") != job.config_hash:
+        return None
+    status = marker_status(marker)
+    return None if status == "done" and not _outputs_exist(folder, job) else status
 
 
 def write_marker(folder: Path, job: Job, status: str, **extra: Any) -> None:

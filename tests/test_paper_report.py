@@ -5,13 +5,14 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 from torch.utils.tensorboard import SummaryWriter
 
 from paper.experiment import load_experiment
-from paper.jobs import marker_status, plan, read_marker, write_marker
+from paper.jobs import is_done, job_state, marker_status, plan, read_marker, write_marker
 from paper.report import number, write_report
 
 EXPERIMENT = {
@@ -104,3 +105,21 @@ def test_a_job_whose_process_is_gone_is_interrupted_not_running(tmp_path):
     assert marker_status({"status": "running", "host": "a-slurm-node", "pid": gone.pid}) == "running"
     text = write_report(base, experiment, "demo", jobs, skipped, "make paper EXP=table2").read_text()
     assert f"| {alive.name} | running |" in text and f"| {killed.name} | interrupted |" in text
+
+
+def test_job_state_trusts_only_this_configs_marker_and_existing_outputs(tmp_path):
+    experiment = load_experiment("table2")
+    base = tmp_path / "demo"
+    jobs, _ = plan(experiment, "demo", base)
+    job = next(j for j in jobs if j.kind == "run" and j.outputs)
+    assert job_state(base, job) is None  # never run
+    write_marker(base, job, "done", seconds=1.0)
+    assert job_state(base, job) is None and not is_done(base, job)  # marked done, outputs gone
+    for output in job.outputs:
+        (base / output).parent.mkdir(parents=True, exist_ok=True)
+        (base / output).write_text("{}")
+    assert job_state(base, job) == "done" and is_done(base, job)
+    edited = replace(job, config_hash="0" * len(job.config_hash))  # the same job name, an edited recipe
+    assert job_state(base, edited) is None and not is_done(base, edited)
+    write_marker(base, job, "failed", error="error: boom")
+    assert job_state(base, job) == "failed" and job_state(base, edited) is None

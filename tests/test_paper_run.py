@@ -94,6 +94,10 @@ def test_make_paper_runs_resumes_after_a_kill_and_reports(tmp_path, capsys):
 
     # an edited experiment: new runs in new folders, the old ones kept
     tiny_experiment(tmp_path / "exps", data, extra=["dino.out_dim=48"])
+    capsys.readouterr()
     plan_only = run(load_config("paper", [*_args(tmp_path), "dry_run=true"]))
+    shown = capsys.readouterr().out
     new_runs = [j.run_dir for j in plan_only["jobs"] if j.kind == "run"]
+    # the evaluations keep their names (and the old runs' markers) but not their configs: nothing is done
+    assert all(f"[to run] {j.name}:" in shown for j in plan_only["jobs"]), shown
     assert not set(Path(r).name for r in new_runs) & set(runs)
