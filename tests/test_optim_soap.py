@@ -322,6 +322,32 @@ def test_batched_steps_equal_per_parameter_steps(extra):
                 torch.testing.assert_close(qa, qb, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("autocast_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("foreach", [False, True])
+def test_a_step_under_autocast_equals_the_fp32_step(foreach, autocast_dtype):
+    """Lightning runs a manual-optimisation step, ``opt.step()`` included, inside its autocast: SOAP
+    must keep its factors, bases, moments and update in float32 there (it crashed in bf16, issue 26).
+    Ten steps with three basis refreshes, on the same float32 gradients, inside and outside autocast."""
+    runs = []
+    for under_autocast in (False, True):
+        params = vit_like_params(torch.float32)
+        opt = SOAP(params, lr=0.01, betas=(0.9, 0.95), weight_decay=0.1, precondition_frequency=3,
+                   max_precond_dim=20, foreach=foreach)
+        gen = torch.Generator().manual_seed(1)
+        for _ in range(10):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            with torch.autocast("cpu", dtype=autocast_dtype, enabled=under_autocast):
+                opt.step()
+        runs.append((params, opt))
+    (plain, opt_plain), (autocast, opt_autocast) = runs
+    for a, b in zip(autocast, plain):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+        for qa, qb in zip(opt_autocast.state[a]["Q"], opt_plain.state[b]["Q"]):
+            assert qa is None or (qa.dtype == torch.float32 and torch.allclose(qa, qb, rtol=1e-6, atol=1e-6))
+    assert not torch.equal(plain[0], vit_like_params(torch.float32)[0])  # the steps moved the weights
+
+
 def test_invalid_hyperparameters_raise():
     p = [torch.nn.Parameter(torch.zeros(2, 2))]
     for bad in (dict(lr=-1.0), dict(betas=(0.9, 1.0)), dict(precondition_frequency=0), dict(eps=-1.0)):

@@ -60,6 +60,8 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
+from ..full_precision import full_precision
+
 
 def _compute_dtype(p: Tensor) -> torch.dtype:
     """float64 parameters keep float64 statistics; others use float32 (eigh in bf16 is useless)."""
@@ -203,11 +205,21 @@ class SOAP(Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:
-        """One SOAP step for every parameter with a gradient; the first one only initialises it."""
+        """One SOAP step for every parameter with a gradient; the first one only initialises it.
+
+        The step runs outside any autocast region (``full_precision``), wherever it is called from: under
+        autocast the factors' products ``G G^T``, the rotations and the refreshes would be rounded to
+        bf16/fp16 (eigenbases of bf16 factors are useless, and the in-place update of an fp32 factor by a
+        bf16 product fails). A closure still runs under the caller's autocast."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        with full_precision():
+            self._step_groups()
+        return loss
+
+    def _step_groups(self) -> None:
         for group in self.param_groups:
             buckets: dict[tuple, list[Tensor]] = {}
             for p in group["params"]:
@@ -227,7 +239,6 @@ class SOAP(Optimizer):
                     self._step_parameter(params[0], group)
                 else:
                     self._step_bucket(params, group)
-        return loss
 
     def _step_parameter(self, p: Tensor, group: dict[str, Any]) -> None:
         state = self.state[p]
