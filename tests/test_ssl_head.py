@@ -60,3 +60,22 @@ def test_last_layer_init_matches_the_uniform_law_of_kaiming_uniform_a_sqrt5():
     w = head.mlp[0].weight.detach()
     assert abs(w.std().item() - 0.02) < 0.001 and head.mlp[0].bias.abs().max() == 0
     torch.testing.assert_close(head.last_layer.weight_g, torch.ones(rows, 1))
+
+
+def test_logits_come_out_in_fp32_under_autocast():
+    """Under bf16 autocast the MLP runs in bf16 but the L2 normalisation and the prototypes' logits in fp32
+    (issue 26): a bf16 logit near 1 lies on a grid of 2^-8, which the loss's 1/T_t = 25 (50 in the CPU
+    demo) turns into steps of 10-20% in a teacher probability. The logits must be exactly the fp32 last
+    layer applied to the bf16 bottleneck."""
+    torch.manual_seed(0)
+    head = DINOHead(32, out_dim=256, hidden_dim=64, bottleneck_dim=16)
+    x = torch.randn(8, 32)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = head(x)
+        bottleneck = head.mlp(x)
+    assert bottleneck.dtype == torch.bfloat16 and logits.dtype == torch.float32
+    z = torch.nn.functional.normalize(bottleneck.float(), dim=-1)
+    with torch.no_grad():
+        expected = z @ head.last_layer.weight().T
+    torch.testing.assert_close(logits, expected, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(logits, logits.bfloat16().float())  # not on bf16's grid

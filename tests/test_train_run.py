@@ -20,7 +20,8 @@ TINY = [
     "data.n_train=16", "data.n_val=8",
     "train.batch_size_per_device=4", "train.num_workers=0", "train.log_every_n_steps=1",
     "optim.warmup_epochs=1",
-]
+    "train.precision=32-true",  # the tests compare logged numbers with a recomputation outside the step:
+]                               # one code path (test_training_precision.py covers bf16-mixed and 16-mixed)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from .training.callbacks import KNNMonitor
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
 from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
 from .training.interrupt import fit, resume_message
+from .training.precision import describe_precision
 from .training.preflight import check_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
@@ -103,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = load_config("pretrain", argv)
         check_config(cfg)
         run_dir = run_dir_of(cfg)
-        print(pretrain_header(cfg, run_dir), flush=True)
+        print(pretrain_header(cfg, run_dir, precision=describe_precision(cfg)), flush=True)
         trainer, _ = pretrain(cfg)
     except SkiplessError as err:
         print(f"error: {err}", file=sys.stderr)

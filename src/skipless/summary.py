@@ -65,8 +65,9 @@ def describe_model(m: Mapping) -> str:
     return ", ".join(parts)
 
 
-def pretrain_header(cfg: Mapping, run_dir: Any = None) -> str:
-    """The lines ``make pretrain`` prints before it starts (``cfg`` is a resolved pretraining config)."""
+def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = None) -> str:
+    """The lines ``make pretrain`` prints before it starts (``cfg`` is a resolved pretraining config;
+    ``precision``: what ran and why, ``training.precision.describe_precision``)."""
     m, d, o, t = cfg["model"], cfg["dino"], cfg["optim"], cfg["train"]
     choices = cfg.get("choices") or {}
     world = world_size(cfg)
@@ -88,4 +89,5 @@ def pretrain_header(cfg: Mapping, run_dir: Any = None) -> str:
         f"head {d['out_dim']} prototypes, norm_last_layer {_number(d['norm_last_layer'])}; {temp}",
         f"  train    {t['epochs']} epochs, global batch {batch}, {o['name']}, {lr}",
         f"  exports  backbone.pt (latest); backbone-epoch<N>.pt at epochs: {exports}",
+        *([f"  precision {precision}"] if precision else []),
     ])

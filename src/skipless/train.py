@@ -22,6 +22,7 @@ from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
 from .training.interrupt import fit, resume_message
+from .training.precision import describe_precision
 from .training.preflight import check_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.trainer import build_trainer
@@ -54,6 +55,7 @@ def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int,
         f"  train    {t.epochs} epochs, global batch {batch}, {o.name}, peak lr {peak_lr(cfg, world):.3g} = "
         f"{lr_key(cfg)} {float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} x {batch}/256, "
         f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}",
+        f"  precision {describe_precision(cfg)}",
     ])
 
 

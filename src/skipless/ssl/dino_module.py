@@ -4,7 +4,9 @@ Student = backbone + ``DINOHead`` on all crops; teacher = an EMA copy (no drop-p
 crops; ``DINOLoss`` between them. Optimisation is manual so that the recipe reads in order in
 ``training_step``: per-step lr / weight-decay / momentum from the schedules, loss, divergence guard,
 backward, per-parameter gradient clipping, last layer frozen during the first epoch(s), optimizer
-step, center update, EMA of the teacher.
+step, center update, EMA of the teacher. Under mixed precision only the forward passes and the loss
+run under autocast; clipping, the freeze, the step, the center and the EMA run in fp32 (the official
+DINO's scope; ``skipless.full_precision``, ``training/precision.py``).
 
 Recipe values live in ``configs/pretrain.yaml``. The schedules are defined on the
 **global** batch: lr = base_lr * batch_per_device * world_size / 256, so any world size trains the
@@ -25,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.profiler import record_function
 
+from ..full_precision import full_precision
 from ..models.compile import compile_in_place
 from ..optim import optimizer_from_config
 from ..optim.param_groups import clip_gradients_per_parameter, param_groups
@@ -148,19 +151,22 @@ class DINO(pl.LightningModule):
 
         with record_function(RANGES["backward"]):
             opt.zero_grad(set_to_none=True)
-            self.manual_backward(loss)
-        with record_function(RANGES["clip"]):
-            if self.cfg.optim.clip_grad:
-                clip_gradients_per_parameter(self.student.parameters(), self.cfg.optim.clip_grad)
-            if epoch < self.cfg.dino.freeze_last_layer_epochs:
-                for p in self.student.head.last_layer.parameters():
-                    p.grad = None
-        with record_function(RANGES["optimizer"]):
-            opt.step()
-        with record_function(RANGES["center"]):
-            self.loss_fn.update_center(teacher_out)
-        with record_function(RANGES["ema"]):
-            self._ema_update(momentum)
+            self.manual_backward(loss)  # 16-mixed: the gradients come out unscaled (training/precision.py)
+        # Only the forward passes and the loss run under the autocast Lightning opened for this step:
+        # from here on everything runs in fp32, as in DINO's main_dino.py.
+        with full_precision():
+            with record_function(RANGES["clip"]):
+                if self.cfg.optim.clip_grad:
+                    clip_gradients_per_parameter(self.student.parameters(), self.cfg.optim.clip_grad)
+                if epoch < self.cfg.dino.freeze_last_layer_epochs:
+                    for p in self.student.head.last_layer.parameters():
+                        p.grad = None
+            with record_function(RANGES["optimizer"]):
+                opt.step()  # 16-mixed: skipped by the loss scaler when a gradient is not finite
+            with record_function(RANGES["center"]):
+                self.loss_fn.update_center(teacher_out)
+            with record_function(RANGES["ema"]):
+                self._ema_update(momentum)
         # Checked once the whole step is queued: its one host-device sync falls where the progress bar
         # reads the loss anyway, instead of stalling the device between forward and backward. A
         # non-finite loss has made this step's update non-finite too, but nothing of it is ever saved

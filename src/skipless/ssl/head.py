@@ -7,6 +7,9 @@ stabilises training; its README's 300-epoch ViT-S run turns it off).
 
 Inits as in DINO's ``vision_transformer.py``: the MLP's linears truncated normal (std 0.02), biases 0;
 the last layer is built after that init runs, so it keeps ``nn.Linear``'s default.
+
+Under mixed precision the MLP runs under autocast and the L2 normalisation and last layer in fp32: the
+teacher's targets are then not rounded to bf16 before the sharpened softmax of the loss.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..full_precision import full_precision
 
 
 class WeightNormLinear(nn.Module):
@@ -63,5 +68,10 @@ class DINOHead(nn.Module):
         self.last_layer = WeightNormLinear(bottleneck_dim, out_dim, fix_gain=norm_last_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.normalize(self.mlp(x), dim=-1, p=2)
-        return self.last_layer(x)
+        x = self.mlp(x)
+        # The normalisation and the prototypes' logits in fp32 under any autocast: the loss divides the
+        # logits by T_t = 0.04 (0.02 in the CPU demo) before its softmax, so a logit rounded to bf16
+        # (error ~2e-3 at init) moves single teacher probabilities by several percent (LOGIT_PRECISION in
+        # tests/test_ssl_head.py measures it). 256 x 65536 weights: a small part of a step's work.
+        with full_precision():
+            return self.last_layer(F.normalize(x.float(), dim=-1, p=2))

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from ..full_precision import full_precision
 from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
 from ..models.vit import create_vit
@@ -106,10 +107,11 @@ class Supervised(pl.LightningModule):
             # curve beside val/top1, as seeds/004's Figure 1 plots them
             train_metrics["train/top1"] = (logits.detach().argmax(-1) == labels).float().mean() * 100
         opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)
-        if self.cfg.optim.clip_grad:
-            torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
-        opt.step()
+        self.manual_backward(loss)  # 16-mixed: the gradients come out unscaled (training/precision.py)
+        with full_precision():  # only the forward pass and the loss run under autocast
+            if self.cfg.optim.clip_grad:
+                torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
+            opt.step()
         stop_if_diverged(self, loss, step)  # after the step is queued: see DINO.training_step
 
         self.log_dict({"train/loss": loss.detach(), **train_metrics, "schedule/lr": lr, "schedule/weight_decay": wd},

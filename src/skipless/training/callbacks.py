@@ -146,14 +146,16 @@ def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:
 class RunSummary(pl.Callback):
     """Counts the unreadable images skipped (over every worker and rank), says so at each epoch end
     that skipped any and at the end of the run, and writes ``<run>/summary.json`` (atomically) when
-    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss.
+    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss, and the
+    precision that ran with the reason it was chosen.
 
     The count comes from the loader's ``SkipTally`` (``training/data.py``); each skipped file is also
     named once by a ``CorruptImageWarning`` where it happens.
     """
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, precision: str | None = None) -> None:
         self.path = Path(run_dir) / "summary.json"
+        self.precision = precision  # the precision that ran and why (training/precision.py)
         self.epochs_done, self.skipped, self.final_loss = 0, 0, None
 
     def _skipped_so_far(self, trainer: pl.Trainer) -> int:
@@ -194,6 +196,8 @@ class RunSummary(pl.Callback):
     def _write(self, trainer: pl.Trainer, status: str) -> None:
         summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,
                    "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self.final_loss}
+        if self.precision:
+            summary["precision"] = self.precision
         last_val = getattr(trainer.lightning_module, "last_val", None)  # a supervised run's last validation
         if last_val:
             summary["val"] = last_val

@@ -3,7 +3,8 @@
 The callbacks that make a run safe come first and in this order: the divergence guard (a non-finite
 model is never exported nor checkpointed), the RNG state (exact resume), the backbone export, the
 epoch checkpoint, the progress bar, the run summary; an entry point adds its own after them.
-Precision and strategy follow the config, or the hardware when left on ``auto``.
+Precision and strategy follow the config, or the hardware when left on ``auto`` (precision:
+``training/precision.py``, which also keeps the optimizer step out of autocast).
 """
 from __future__ import annotations
 
@@ -11,34 +12,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
 from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, RNGState, RunSummary
 from .checkpoint_io import AtomicCheckpointIO
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether oneDNN runs bf16 natively on this CPU (AVX512-BF16 or AMX visible to it).
-
-    Without it bf16 autocast is emulated: measured on this project's 2-core CPU (an AMD EPYC VM whose
-    /proc/cpuinfo shows AVX2 only), a ViT-S/16 forward + backward of 8 images at 224 px took 7.3-8.2 s
-    in fp32 and 85-95 s under bf16 autocast, 11x slower."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def precision_of(cfg: DictConfig) -> str:
-    """``train.precision``, or on ``auto``: bf16-mixed on a GPU, and on a CPU with native bf16
-    (``cpu_has_native_bf16``); 32-true elsewhere."""
-    if cfg.train.precision != "auto":
-        return str(cfg.train.precision)
-    gpu = cfg.train.accelerator in ("gpu", "cuda") or (cfg.train.accelerator == "auto" and torch.cuda.is_available())
-    return "bf16-mixed" if gpu or cpu_has_native_bf16() else "32-true"
+from .precision import LossScaleMonitor, precision_plugin
 
 
 def strategy_of(cfg: DictConfig) -> str:
@@ -53,13 +33,15 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callbac
     """A trainer writing into ``run_dir`` (TensorBoard ``tb/``, ``checkpoints/last.ckpt``, ``backbone.pt``,
     ``summary.json``) with the shared callbacks, then ``callbacks``; ``trainer_args`` add to or replace
     the Trainer arguments (e.g. validation settings)."""
+    precision, described = precision_plugin(cfg)
     shared: list[pl.Callback] = [
         DivergenceGuard(),
         RNGState(),
         ExportBackbone(run_dir, epochs=cfg.train.export_epochs),
         EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints),
         TQDMProgressBar(refresh_rate=1),
-        RunSummary(run_dir),
+        RunSummary(run_dir, precision=described),
+        LossScaleMonitor(),
     ]
     args = dict(
         default_root_dir=run_dir,
@@ -67,14 +49,13 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callbac
         devices=cfg.train.devices,
         num_nodes=cfg.train.num_nodes,
         strategy=strategy_of(cfg),
-        precision=precision_of(cfg),
         max_epochs=cfg.train.epochs,
         max_steps=cfg.train.max_steps,
         limit_train_batches=cfg.train.limit_train_batches,
         logger=TensorBoardLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
         callbacks=shared + list(callbacks),
         enable_checkpointing=False,  # EpochCheckpoint writes them
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(), precision],
         log_every_n_steps=cfg.train.log_every_n_steps,
         num_sanity_val_steps=0,
         enable_model_summary=False,
