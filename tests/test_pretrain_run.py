@@ -18,6 +18,7 @@ TINY = [
     "train.batch_size_per_device=4", "train.num_workers=0", "train.log_every_n_steps=1",
     "train.knn_k=3", "optim.warmup_epochs=1",
     "diagnostics.every_n_epochs=0", "diagnostics.signals_every_n_steps=0",  # tests/test_pretrain_diagnostics.py
+    "train.precision=32-true",  # resume compares two runs: one code path (mixed: test_training_mixed_precision.py)
 ]
 
 

@@ -96,8 +96,10 @@ class StepOutsideAutocast(MixedPrecision):
     after the backward pass (module docstring). Used for any optimizer, fused AdamW included: the
     scaler's ``step`` sees them already unscaled and only skips a step whose gradients are not finite."""
 
+    INIT_SCALE = 2.0**16  # GradScaler's default, and the official DINO's (its fp16_scaler is a default one)
+
     def __init__(self, precision: str, device: str) -> None:
-        scaler = torch.amp.GradScaler(device) if precision == "16-mixed" else None
+        scaler = torch.amp.GradScaler(device, init_scale=self.INIT_SCALE) if precision == "16-mixed" else None
         super().__init__(precision, device, scaler=scaler)  # type: ignore[arg-type]
         self.skipped_steps = 0
         self._unscaled: set[int] = set()
