@@ -3,10 +3,12 @@
 Each job is its own process (``jobs.run_job``), so a crash or an out-of-memory in one job is that
 job's failure: it is marked failed with the error it printed, the jobs that depend on it are marked
 blocked, and every other job still runs. With ``parallel`` slots (``paper.local.parallel``: ``gpus``
-= one per visible GPU) each slot pins its job to one GPU through ``CUDA_VISIBLE_DEVICES``.
+= one per visible GPU) each slot pins its job to one GPU through ``CUDA_VISIBLE_DEVICES``, naming it
+as this process's own ``CUDA_VISIBLE_DEVICES`` does (``visible_gpus``).
 """
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -17,11 +19,23 @@ import torch
 from .jobs import Job, is_done, read_marker, run_job, write_marker
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, each named as a child's ``CUDA_VISIBLE_DEVICES`` must name it.
+
+    A child's list is read against the machine, not against its parent's list: under
+    ``CUDA_VISIBLE_DEVICES=2,3`` the parent's GPU 0 is the machine's GPU 2, so a child must be given
+    ``2`` (or the UUID the parent's list holds), never ``0``. CUDA stops reading the list at its first
+    invalid entry, so only the first ``torch.cuda.device_count()`` entries are GPUs."""
+    count = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [name.strip() for name in listed.split(",")] if listed is not None else [str(i) for i in range(count)]
+    return names[:count]
+
+
 def slots(parallel: int | str) -> list[dict[str, str]]:
     """The environment of each slot: ``gpus`` gives one slot per visible GPU (one slot without a GPU)."""
     if parallel == "gpus":
-        n = torch.cuda.device_count()
-        return [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(n)] or [{}]
+        return [{"CUDA_VISIBLE_DEVICES": name} for name in visible_gpus()] or [{}]
     return [{} for _ in range(int(parallel))]
 
 

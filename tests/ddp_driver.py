@@ -1,5 +1,6 @@
 """Run by tests/test_pretrain_ddp.py as a script: a pretraining through the real entry point with
-Lightning's DDP, each rank saving its student's weights at the end (``<run.root>/rank<r>.pt``).
+Lightning's DDP, each rank saving its student's weights at the end (``<run.root>/rank<r>.pt``), with
+the class names of the module's BatchNorm layers while it trains (SyncBatchNorm under DDP on GPUs).
 
 Lightning's DDP launcher starts the other ranks by running this same script again with the same
 arguments (the configuration overrides), which is why it is a file and not a function of the test.
@@ -20,8 +21,10 @@ class SaveRankWeights(pl.Callback):
 
     def on_train_end(self, trainer, pl_module):
         state = {k: v.detach().cpu() for k, v in pl_module.student.state_dict().items()}
+        norms = sorted({type(m).__name__ for m in pl_module.modules()
+                        if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.SyncBatchNorm))})
         torch.save({"world": trainer.world_size, "backend": str(getattr(trainer.strategy, "_process_group_backend", "")),
-                    "state": state, "steps": trainer.global_step},
+                    "state": state, "steps": trainer.global_step, "batchnorms": norms},
                    self.folder / f"rank{trainer.global_rank}.pt")
 
 

@@ -17,11 +17,11 @@ TESTS = Path(__file__).parent
 TINY = [*DINO_TINY, "data.n_train=16"]
 
 
-def run_ddp(tmp_path: Path, accelerator: str, devices: int, strategy: str = "auto") -> Path:
+def run_ddp(tmp_path: Path, accelerator: str, devices: int, strategy: str = "auto", *extra: str) -> Path:
     root = tmp_path / "runs"
     root.mkdir()
     args = [*TINY, f"data.root={tmp_path / 'data'}", f"run.root={root}", "run.name=ddp",
-            f"train.accelerator={accelerator}", f"train.devices={devices}", f"train.strategy={strategy}"]
+            f"train.accelerator={accelerator}", f"train.devices={devices}", f"train.strategy={strategy}", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, str(TESTS / "ddp_driver.py"), *args], env=env, capture_output=True,
                           text=True, timeout=600)
@@ -57,3 +57,12 @@ def test_nccl_ddp_on_one_gpu(tmp_path):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 def test_nccl_ddp_on_two_gpus(tmp_path):
     check_run(run_ddp(tmp_path, "gpu", 2), 2, "nccl")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_a_batchnorm_head_is_synchronised_across_two_gpus(tmp_path):
+    """dino.use_bn_in_head: the official DINO converts the heads' BatchNorm to SyncBatchNorm under DDP."""
+    root = run_ddp(tmp_path, "gpu", 2, "auto", "dino.use_bn_in_head=true")
+    check_run(root, 2, "nccl")
+    assert all(torch.load(root / f"rank{r}.pt", weights_only=True)["batchnorms"] == ["SyncBatchNorm"] for r in range(2))

@@ -74,7 +74,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, data_root)
     cfg = tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2")
     pretrain(cfg, extra_callbacks=[first, StopAfterEpoch(1)])
     ckpt = torch.load(run_dir_of(cfg) / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
-    assert ckpt["global_step"] == 4
+    assert ckpt["global_step"] == 4 and ckpt["world_size"] == 1
     pretrain(tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2", "run.resume=true"),
              extra_callbacks=[second])
     assert len(straight.losses) == 8 and len(first.losses) == 4 and len(second.losses) == 4
@@ -102,7 +102,7 @@ def test_divergence_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(
         pretrain(cfg, extra_callbacks=[PoisonAt(5)])
     run = run_dir_of(cfg)
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
-    assert ckpt["global_step"] == 4
+    assert ckpt["global_step"] == 4 and ckpt["world_size"] == 1
     assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values() if v.is_floating_point())
     assert all(torch.isfinite(p).all() for p in load_backbone(run / "backbone.pt").parameters())
 

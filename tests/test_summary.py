@@ -2,6 +2,7 @@
 import math
 
 import pytest
+import torch
 
 from skipless.config import load_config
 from skipless.summary import describe_model, lr_key, peak_lr, pretrain_header
@@ -28,12 +29,15 @@ def test_paper_header_scales_the_lr_with_the_global_batch():
         assert part in text, part
 
 
-@pytest.mark.parametrize("devices,nodes,world", [(1, 1, 1), (4, 2, 8), ("auto", 1, None)])
-def test_peak_lr_is_lr_times_scale_times_global_batch_over_256(devices, nodes, world):
+@pytest.mark.parametrize("devices,nodes,gpus,world", [(1, 1, 0, 1), (4, 2, 0, 8), ("auto", 1, 0, 1), ("auto", 2, 3, 6)])
+def test_peak_lr_is_lr_times_scale_times_global_batch_over_256(monkeypatch, devices, nodes, gpus, world):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)  # devices=auto: every GPU seen, else 1
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     cfg = load_config("pretrain", [f"train.devices={devices}", f"train.num_nodes={nodes}", "optim.lr_scale=2"])
-    expected = 5e-4 * 2 * 32 * (world or 1) / 256
+    expected = 5e-4 * 2 * 32 * world / 256
     assert math.isclose(peak_lr(cfg), expected)
     assert math.isclose(peak_lr(cfg, world=3), 5e-4 * 2 * 32 * 3 / 256)
+    assert f"global batch {32 * world} (32/device x {world})" in pretrain_header(cfg)
 
 
 def test_lr_key_names_the_key_that_set_the_lr():

@@ -1,8 +1,13 @@
-"""The shared trainer's choices: precision and strategy on ``auto``."""
+"""The shared trainer's choices: precision, devices and strategy on ``auto``, SyncBatchNorm under DDP."""
+import math
+
 import pytest
+import torch
 
 from skipless.config import load_config
+from skipless.summary import peak_lr
 from skipless.training import precision, trainer
+from skipless.world import world_size
 
 
 @pytest.mark.parametrize("gpu,capability,native_bf16,expected", [
@@ -34,7 +39,7 @@ def test_the_cpu_never_gets_fp16_by_auto_nor_gpus_fp32(monkeypatch):
     for native in (False, True):
         assert precision.cpu_precision(native)[0] in ("32-true", "bf16-mixed")
     monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: False)
-    cfg = load_config("pretrain", ["train.accelerator=gpu"])
+    cfg = load_config("pretrain", ["train.accelerator=cuda"])
     monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *a: (8, 6))
     assert precision.choose_precision(cfg)[0] == "bf16-mixed"
 
@@ -43,3 +48,94 @@ def test_the_cpu_never_gets_fp16_by_auto_nor_gpus_fp32(monkeypatch):
 def test_auto_strategy_is_ddp_with_more_than_one_process(devices, nodes, expected):
     cfg = load_config("train", [f"train.devices={devices}", f"train.num_nodes={nodes}"])
     assert trainer.strategy_of(cfg) == expected
+
+
+def _gpus(monkeypatch, count: int) -> None:
+    """This process sees ``count`` CUDA devices (none: no CUDA)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))  # for auto's precision
+
+
+@pytest.mark.parametrize("gpus,accelerator,world", [(4, "auto", 4), (4, "gpu", 4), (4, "cpu", 1), (0, "auto", 1)])
+def test_auto_devices_are_every_visible_gpu_of_a_gpu_run_else_one(monkeypatch, gpus, accelerator, world):
+    _gpus(monkeypatch, gpus)
+    for entry in ("pretrain", "train"):
+        cfg = load_config(entry, ["train.devices=auto", f"train.accelerator={accelerator}", "train.num_nodes=2"])
+        assert world_size(cfg) == 2 * world
+        assert trainer.strategy_of(cfg) == "ddp"
+        assert math.isclose(peak_lr(cfg), peak_lr(cfg, 2 * world))
+
+
+def _trainer_args(monkeypatch, tmp_path, *overrides: str) -> dict:
+    """The arguments ``build_trainer`` gives Lightning's Trainer for a pretraining config."""
+    monkeypatch.setattr(trainer.pl, "Trainer", lambda **args: args)
+    return trainer.build_trainer(load_config("pretrain", list(overrides)), tmp_path)
+
+
+@pytest.mark.parametrize("gpus,overrides,devices,strategy,sync", [
+    (4, ["train.devices=auto"], 4, "ddp", True),
+    (2, ["train.devices=2"], 2, "ddp", True),
+    (2, ["train.devices=1", "train.num_nodes=2"], 1, "ddp", True),
+    (2, ["train.devices=1"], 1, "auto", False),
+    (0, ["train.devices=auto"], 1, "auto", False),
+    (0, ["train.devices=2", "train.accelerator=cpu"], 2, "ddp", False),  # torch's SyncBatchNorm is GPU-only
+])
+def test_the_trainer_gets_the_resolved_devices_and_sync_batchnorm_under_gpu_ddp(monkeypatch, tmp_path, gpus,
+                                                                                   overrides, devices, strategy, sync):
+    _gpus(monkeypatch, gpus)
+    args = _trainer_args(monkeypatch, tmp_path, *overrides)
+    assert (args["devices"], args["strategy"], args["sync_batchnorm"]) == (devices, strategy, sync)
+
+
+def test_devices_auto_trains_on_the_cpu(tmp_path):
+    """It used to pass the schema and then stop on int('auto')."""
+    from skipless.pretrain import pretrain, run_dir_of
+    from tiny_runs import DINO_TINY
+
+    cfg = load_config("pretrain", [*DINO_TINY, f"data.root={tmp_path / 'data'}", f"run.root={tmp_path / 'runs'}",
+                                   "train.devices=auto", "train.accelerator=cpu"])
+    done, _ = pretrain(cfg)
+    assert done.world_size == 1 and done.global_step == 2
+    assert (run_dir_of(cfg) / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_batchnorm_head_under_cpu_ddp_is_refused_in_one_sentence(monkeypatch, tmp_path):
+    from skipless.config import ConfigError
+    from skipless.pretrain import check_config
+
+    _gpus(monkeypatch, 0)
+    bn = ["dino.use_bn_in_head=true", f"run.root={tmp_path}"]
+    with pytest.raises(ConfigError, match=r"^dino\.use_bn_in_head=true with 2 CPU processes .* SyncBatchNorm runs on "
+                                          r"GPUs only; expected one process on the CPU .* or dino\.use_bn_in_head=false$"):
+        check_config(load_config("pretrain", [*bn, "train.devices=2"]))
+    check_config(load_config("pretrain", [*bn, "train.devices=1"]))  # one process: nothing to synchronise
+    check_config(load_config("pretrain", [f"run.root={tmp_path}", "train.devices=2"]))  # no BatchNorm
+    _gpus(monkeypatch, 2)
+    check_config(load_config("pretrain", [*bn, "train.devices=2"]))  # GPUs: SyncBatchNorm
+
+
+def test_the_layer_sync_lightning_applies_keeps_the_dino_module_as_it_was():
+    """What ``sync_batchnorm`` does to a BatchNorm head (Lightning's ``TorchSyncBatchNorm``, run by DDP's
+    setup): every BatchNorm becomes a SyncBatchNorm holding the same parameters (the EMA teacher update
+    still pairs them) under the same state-dict names, with the same outputs in one process."""
+    from functools import partial
+
+    from lightning.pytorch.plugins.layer_sync import TorchSyncBatchNorm
+
+    from skipless.pretrain import backbone_factory
+    from skipless.ssl.dino_module import DINO
+    from tiny_runs import DINO_TINY
+
+    cfg = load_config("pretrain", [*DINO_TINY, "dino.use_bn_in_head=true"])
+    module = DINO(cfg, partial(backbone_factory, cfg))
+    crops = [torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(i)) for i in range(2)]
+    params, keys = list(module.parameters()), list(module.state_dict())
+    with torch.no_grad():
+        before = module.student(crops), module.teacher(crops)
+    TorchSyncBatchNorm().apply(module)
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    assert len(norms) == 4 and all(isinstance(m, torch.nn.SyncBatchNorm) for m in norms)  # 2 per head
+    assert all(a is b for a, b in zip(params, module.parameters(), strict=True)) and list(module.state_dict()) == keys
+    with torch.no_grad():
+        torch.testing.assert_close((module.student(crops), module.teacher(crops)), before, rtol=0, atol=0)

@@ -31,7 +31,7 @@ from .training.precision import describe_precision
 from .training.preflight import check_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
-from .training.trainer import build_trainer
+from .training.trainer import build_trainer, refuse_unsynced_batchnorm
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -46,8 +46,10 @@ def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
 
 def check_config(cfg: DictConfig) -> None:
     """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py),
-    and a run folder that could not be written."""
+    a BatchNorm head that DDP on the CPU cannot synchronise, and a run folder that could not be written."""
     check_pretrain_config(cfg)
+    if cfg.dino.use_bn_in_head:
+        refuse_unsynced_batchnorm(cfg, "dino.use_bn_in_head")
     check_run_folder(run_dir_of(cfg))
 
 

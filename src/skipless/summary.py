@@ -12,23 +12,16 @@ from typing import Any
 
 from .models.block import DEFAULT_ALPHA_MIN
 from .models.init import CUTSKIP_DEFAULTS
-
-
-def world_size(cfg: Mapping) -> int | None:
-    """Processes a config asks for (devices x nodes), or None when Lightning picks them (``auto``)."""
-    devices, nodes = cfg["train"]["devices"], cfg["train"]["num_nodes"]
-    if isinstance(devices, int) and isinstance(nodes, int) and devices > 0 and nodes > 0:
-        return devices * nodes
-    return None
+from .world import world_size
 
 
 def peak_lr(cfg: Mapping, world: int | None = None) -> float:
     """The lr at the end of the warm-up: ``optim.lr * optim.lr_scale * global_batch / 256``.
 
     ``world`` is the number of processes (the trainer's world size once it runs); by default the
-    config's devices x nodes, or 1 when those are left to Lightning.
+    config's devices x nodes (``world.world_size``, which resolves ``train.devices=auto``).
     """
-    world = world or world_size(cfg) or 1
+    world = world or world_size(cfg)
     o = cfg["optim"]
     return float(o["lr"]) * float(o["lr_scale"]) * int(cfg["train"]["batch_size_per_device"]) * world / 256.0
 
@@ -72,10 +65,10 @@ def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = N
     choices = cfg.get("choices") or {}
     world = world_size(cfg)
     per_device = int(t["batch_size_per_device"])
-    batch = f"{per_device * world} ({per_device}/device x {world})" if world else f"{per_device}/device x auto devices"
+    batch = f"{per_device * world} ({per_device}/device x {world})"
     key = lr_key(cfg)
     lr = (f"peak lr {peak_lr(cfg, world):.3g} = {key} {_number(float(o['lr']))} x optim.lr_scale "
-          f"{_number(float(o['lr_scale']))} x {per_device * (world or 1)}/256")
+          f"{_number(float(o['lr_scale']))} x {per_device * world}/256")
     temp = f"teacher temp {_number(d['warmup_teacher_temp'])}"
     if d["warmup_teacher_temp_epochs"]:
         temp += f" -> {_number(d['teacher_temp'])} over {d['warmup_teacher_temp_epochs']} epochs"

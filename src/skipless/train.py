@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from .config import load_config
 from .errors import SkiplessError
-from .summary import describe_model, lr_key, peak_lr, world_size
+from .summary import describe_model, lr_key, peak_lr
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
@@ -26,6 +26,7 @@ from .training.precision import describe_precision
 from .training.preflight import check_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.trainer import build_trainer
+from .world import world_size
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -43,7 +44,7 @@ def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int,
     """The lines ``make train`` prints before it starts."""
     m, o, t, a = cfg.model, cfg.optim, cfg.train, cfg.aug
     world = world_size(cfg)
-    batch = int(t.batch_size_per_device) * (world or 1)
+    batch = int(t.batch_size_per_device) * world
     mix = (f"mixup {a.mixup:g} / cutmix {a.cutmix:g}" if (a.mixup > 0 or a.cutmix > 0) else "no mixup/cutmix")
     return "\n".join([
         f"skipless train: model={m.name} optim={o.name} dataset={cfg.data.name} "

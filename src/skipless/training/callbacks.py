@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable
 import lightning.pytorch as pl
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from ..analysis.knn import knn_accuracy
 from ..atomic import atomic_write
@@ -33,25 +34,54 @@ class DivergenceGuard(pl.Callback):
 
 
 class RNGState(pl.Callback):
-    """Stores Python, NumPy and torch RNG states in every checkpoint and restores them on resume,
-    so a resumed run draws the same crops and shuffles as an uninterrupted one."""
+    """Stores every process's Python, NumPy, torch CPU and own-GPU RNG states in every checkpoint, and
+    on resume each process restores its own, so a resumed run draws the same crops and shuffles on
+    every rank as an uninterrupted one.
+
+    ``state_dict`` runs on every rank (Lightning's ``dump_checkpoint``, called by ``EpochCheckpoint``
+    on all of them), so the ranks' states are gathered there, in rank order, for rank 0 to write. The
+    checkpoint also records the world size they were gathered at (``checkpoint["world_size"]``): a
+    resume at another world size is refused before it starts (``preflight.check_resume_world``), since
+    the states, the global batch, the lr and the schedules all belong to that world size. A checkpoint
+    written before per-rank states holds one state (rank 0's), which every rank restores.
+    """
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.device = trainer.strategy.root_device  # this rank's GPU, whose CUDA state is its own
 
     def state_dict(self) -> dict[str, Any]:
-        # Only tensors, ints, strings and tuples: Lightning loads checkpoints with weights_only=True.
+        # Only tensors, ints, strings, lists and tuples: Lightning loads checkpoints with weights_only=True.
         name, keys, pos, has_gauss, cached = np.random.get_state()
-        state = {"python": random.getstate(), "torch": torch.get_rng_state(),
-                 "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))}
-        if torch.cuda.is_available():
-            state["cuda"] = torch.cuda.get_rng_state_all()
-        return state
+        own = {"python": random.getstate(), "torch": torch.get_rng_state(),
+               "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))}
+        if self.device.type == "cuda":
+            own["cuda"] = torch.cuda.get_rng_state(self.device)
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return {"ranks": [own]}
+        ranks: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, own)
+        return {"ranks": ranks}
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        checkpoint["world_size"] = trainer.world_size
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        random.setstate(state["python"])
-        name, keys, pos, has_gauss, cached = state["numpy"]
+        if "ranks" not in state:  # an older checkpoint: rank 0's state, CUDA states of every visible GPU
+            own = dict(state)
+            cuda = own.pop("cuda", [])
+            if self.device.type == "cuda" and (self.device.index or 0) < len(cuda):
+                own["cuda"] = cuda[self.device.index or 0]
+        else:
+            own = state["ranks"][dist.get_rank() if dist.is_available() and dist.is_initialized() else 0]
+        random.setstate(own["python"])
+        name, keys, pos, has_gauss, cached = own["numpy"]
         np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-        torch.set_rng_state(state["torch"])
-        if "cuda" in state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
+        torch.set_rng_state(own["torch"])
+        if "cuda" in own and self.device.type == "cuda":
+            torch.cuda.set_rng_state(own["cuda"], self.device)
 
 
 class EpochCheckpoint(pl.Callback):

@@ -24,7 +24,7 @@ from ..data.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ..ssl.multicrop import MultiCropAugmentation, collate_multicrop
-from ..summary import world_size
+from ..world import world_size
 
 DATASETS = ("default", "imagenet")
 
@@ -85,7 +85,7 @@ class SkipTally(Dataset):
 
 def check_one_batch(cfg: DictConfig, n_images: int) -> None:
     """Refuse a dataset that cannot fill one batch per device (0 steps per epoch)."""
-    batch, world = int(cfg.train.batch_size_per_device), world_size(cfg) or 1
+    batch, world = int(cfg.train.batch_size_per_device), world_size(cfg)
     limit = cfg.train.limit_train_batches
     steps = n_images // world // batch
     if steps == 0:

@@ -30,6 +30,7 @@ from lightning.pytorch.plugins.precision import DoublePrecision, MixedPrecision,
 from omegaconf import DictConfig
 
 from ..full_precision import full_precision
+from ..world import runs_on_cuda
 
 MIXED = ("16-mixed", "bf16-mixed")
 
@@ -53,12 +54,6 @@ def gpu_has_bf16() -> bool:
     return torch.cuda.get_device_capability() >= (8, 0)
 
 
-def runs_on_gpu(cfg: DictConfig) -> bool:
-    """Whether the run's accelerator is a CUDA GPU (``auto``: when one is visible)."""
-    accelerator = cfg.train.accelerator
-    return accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-
-
 def choose_precision(cfg: DictConfig) -> tuple[str, str]:
     """``(precision, why)`` for ``train.precision``; ``auto`` decides by the hardware:
 
@@ -69,7 +64,7 @@ def choose_precision(cfg: DictConfig) -> tuple[str, str]:
     chosen = str(cfg.train.precision)
     if chosen != "auto":
         return chosen, "set by train.precision"
-    if runs_on_gpu(cfg):
+    if runs_on_cuda(cfg):
         if gpu_has_bf16():
             return "bf16-mixed", "auto: GPU with bf16"
         return "16-mixed", "auto: GPU without bf16 (compute capability < 8.0), fp16 with loss scaling"
@@ -85,7 +80,7 @@ def cpu_precision(native_bf16: bool) -> tuple[str, str]:
 
 def autocast_device(cfg: DictConfig) -> str:
     """The device type autocast and the GradScaler work on."""
-    if runs_on_gpu(cfg):
+    if runs_on_cuda(cfg):
         return "cuda"
     return "mps" if cfg.train.accelerator == "mps" else "cpu"
 

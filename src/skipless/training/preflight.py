@@ -3,18 +3,23 @@
 ``check_run_folder`` finds the nearest existing folder of ``runs/<name>`` and refuses one that is
 not a folder or not writable (mkdir would fail later, after the data was loaded).
 ``read_resume_checkpoint`` opens ``last.ckpt`` (memory-mapped: its tensors are not read) and turns
-a truncated or foreign file into one sentence that names it and says what to do.
+a truncated or foreign file into one sentence that names it and says what to do;
+``check_resume_world`` refuses to resume it with another number of processes than wrote it.
 """
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 
 from ..config import ConfigError
 from ..errors import SkiplessError
+from ..world import devices_of, world_size
+from .run_folder import ResumeMismatchError
 
 
 class CheckpointUnreadableError(SkiplessError, ValueError):
@@ -48,3 +53,19 @@ def read_resume_checkpoint(path: Path) -> dict[str, Any]:
             f"the checkpoint to resume, {path}, is not a Lightning checkpoint of a pretraining (no state_dict "
             f"and global_step); restore a good copy of it, or start anew without RESUME=1 under another run.name=")
     return ckpt
+
+
+def check_resume_world(ckpt: Mapping[str, Any], cfg: DictConfig, path: Path) -> None:
+    """Refuse to resume ``ckpt`` with another world size than the one that wrote it (``RNGState`` records
+    it): the global batch, hence the peak lr and the steps of every schedule, and each process's random
+    state belong to it, so no other world size continues the run exactly. A checkpoint written before
+    the world size was recorded is not checked."""
+    saved, world = ckpt.get("world_size"), world_size(cfg)
+    if saved is None or int(saved) == world:
+        return
+    devices = f"{devices_of(cfg)} (auto)" if cfg.train.devices == "auto" else cfg.train.devices
+    raise ResumeMismatchError(
+        f"the checkpoint to resume, {path}, was written by {saved} processes and this resume would run {world} "
+        f"(train.devices={devices} x train.num_nodes={cfg.train.num_nodes}); expected {saved} again, since the "
+        f"global batch, the lr, the schedules and each process's random state belong to it: resume with GPUS= "
+        f"and NODES= (train.devices x train.num_nodes) giving {saved}, or start a new run under another run.name")

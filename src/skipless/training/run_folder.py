@@ -8,7 +8,8 @@ A researcher's runs are days of GPU time, so two rules are checked before anythi
   they were not computed from. It is refused, with the two ways on: resume it, or name a new run.
 - **A resume continues the run it names.** The requested config is compared with the run's saved
   ``config.yaml``. Keys that only say how or how long to run (``RESUMABLE``: more epochs, other
-  devices, workers, logging, diagnostics, smoke-test limits, where the same data lives) may change; the changes are
+  devices for the same number of processes (``preflight.check_resume_world``), workers, logging, diagnostics,
+  smoke-test limits, where the same data lives) may change; the changes are
   recorded in ``resumes.jsonl`` and ``config.yaml`` then holds the config the run continues with.
   Anything else (the model, the data, the recipe, the optimizer, the seed) is refused with the list of
   differing keys.

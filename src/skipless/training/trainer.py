@@ -3,8 +3,9 @@
 The callbacks that make a run safe come first and in this order: the divergence guard (a non-finite
 model is never exported nor checkpointed), the RNG state (exact resume), the backbone export, the
 epoch checkpoint, the progress bar, the run summary; an entry point adds its own after them.
-Precision and strategy follow the config, or the hardware when left on ``auto`` (precision:
-``training/precision.py``, which also keeps the optimizer step out of autocast).
+Precision, devices and strategy follow the config, or the hardware when left on ``auto`` (precision:
+``training/precision.py``, which also keeps the optimizer step out of autocast); under DDP on GPUs every
+BatchNorm layer is a SyncBatchNorm (``sync_batchnorm_of``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
+from ..config import ConfigError
+from ..world import devices_of, runs_on_cuda, world_size
 from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, RNGState, RunSummary
 from .checkpoint_io import AtomicCheckpointIO
 from .precision import LossScaleMonitor, precision_plugin
@@ -25,7 +28,29 @@ def strategy_of(cfg: DictConfig) -> str:
     """``train.strategy``, or on ``auto`` DDP when more than one process trains."""
     if cfg.train.strategy != "auto":
         return str(cfg.train.strategy)
-    return "ddp" if int(cfg.train.devices) * int(cfg.train.num_nodes) > 1 else "auto"
+    return "ddp" if world_size(cfg) > 1 else "auto"
+
+
+def sync_batchnorm_of(cfg: DictConfig) -> bool:
+    """Whether Lightning turns every BatchNorm into a SyncBatchNorm: under DDP on GPUs, as the official
+    DINO does (``main_dino.py``: ``convert_sync_batchnorm`` of student and teacher when they have
+    BatchNorm, e.g. ``dino.use_bn_in_head``), so each layer normalises by the statistics of the global
+    batch and not of one process's share. A model without BatchNorm is left as it is.
+
+    torch's SyncBatchNorm runs on GPUs only (it raises on a CPU tensor once a process group exists),
+    so DDP on the CPU keeps plain BatchNorm; ``refuse_unsynced_batchnorm`` refuses that case."""
+    return world_size(cfg) > 1 and runs_on_cuda(cfg)
+
+
+def refuse_unsynced_batchnorm(cfg: DictConfig, key: str) -> None:
+    """Refuse the BatchNorm that ``key=true`` switches on where DDP cannot synchronise it (several CPU
+    processes): called by an entry point whose key is true, before anything is written."""
+    world = world_size(cfg)
+    if world > 1 and not sync_batchnorm_of(cfg):
+        raise ConfigError(f"{key}=true with {world} CPU processes (train.devices x train.num_nodes) would normalise "
+                          "each process's share of the batch on its own, since torch's SyncBatchNorm runs on GPUs "
+                          f"only; expected one process on the CPU (train.devices=1 train.num_nodes=1), GPUs, "
+                          f"or {key}=false")
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callback] = (), **trainer_args: Any
@@ -46,9 +71,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callbac
     args = dict(
         default_root_dir=run_dir,
         accelerator=cfg.train.accelerator,
-        devices=cfg.train.devices,
+        devices=devices_of(cfg),
         num_nodes=cfg.train.num_nodes,
         strategy=strategy_of(cfg),
+        sync_batchnorm=sync_batchnorm_of(cfg),
         max_epochs=cfg.train.epochs,
         max_steps=cfg.train.max_steps,
         limit_train_batches=cfg.train.limit_train_batches,
