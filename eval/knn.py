@@ -57,15 +57,16 @@ def knn_scores(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tenso
                chunk: int = 1024) -> dict[int, dict[str, float]]:
     """``{k: {"top1": %, "top5": %}}`` of the weighted k-NN vote (module docstring), every k from one search."""
     num_classes = int(num_classes if num_classes is not None else max(train_y.max(), test_y.max()) + 1)
-    hits = {k: [0, 0] for k in ks}
+    hits: dict[int, torch.Tensor] = {}  # per k, (top-1, top-5) counts on the device: read once, at the end
     for start, votes in iter_knn_votes(train_x, train_y, test_x, ks, temperature, num_classes, chunk):
         target = test_y[start:start + chunk].long().to(next(iter(votes.values())).device)
         for k, v in votes.items():
             mine = v.gather(1, target[:, None])
-            hits[k][0] += int((v.argmax(1) == target).sum())
-            hits[k][1] += int(((mine[:, 0] > 0) & ((v > mine).sum(1) < 5)).sum())
+            chunk_hits = torch.stack(((v.argmax(1) == target).sum(), ((mine[:, 0] > 0) & ((v > mine).sum(1) < 5)).sum()))
+            hits[k] = hits[k] + chunk_hits if k in hits else chunk_hits
     n = max(int(test_y.shape[0]), 1)
-    return {k: {"top1": 100.0 * h[0] / n, "top5": 100.0 * h[1] / n} for k, h in hits.items()}
+    counts = {k: hits[k].tolist() if k in hits else [0, 0] for k in ks}
+    return {k: {"top1": 100.0 * one / n, "top5": 100.0 * five / n} for k, (one, five) in counts.items()}
 
 
 def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict], ks: Sequence[int], report_k: int) -> str:

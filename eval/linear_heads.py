@@ -119,7 +119,7 @@ def evaluate_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], l
                    batch_size: int = 1024) -> dict[Key, dict[str, float | None]]:
     """Top-1 and top-5 accuracy (%) of every head; top-5 is None with 5 classes or fewer (it would be 100)."""
     heads.eval()
-    hits = {k: [0, 0] for k in heads.keys}
+    sums: dict[str, torch.Tensor] = {}  # per group, (H, 2) top-1 / top-5 counts on the device: read once, at the end
     top = min(5, heads.num_classes)
     for start in range(0, int(labels.shape[0]), batch_size):
         y = labels[start:start + batch_size]
@@ -127,9 +127,11 @@ def evaluate_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], l
             logits = heads.group_logits(name, inputs[name][start:start + batch_size])  # (B, H, K)
             best = logits.topk(top, dim=2).indices  # (B, H, top)
             correct = best == y[:, None, None]
-            for j, (one, five) in enumerate(zip(correct[:, :, 0].sum(0).tolist(), correct.any(2).sum(0).tolist())):
-                hits[(name, j)][0] += one
-                hits[(name, j)][1] += five
+            batch_hits = torch.stack((correct[:, :, 0].sum(0), correct.any(2).sum(0)), dim=1)
+            sums[name] = sums[name] + batch_hits if name in sums else batch_hits
+    hits = {k: [0, 0] for k in heads.keys}
+    for name, counts in sums.items():
+        hits.update({(name, j): pair for j, pair in enumerate(counts.tolist())})
     n = max(int(labels.shape[0]), 1)
     return {k: {"top1": 100.0 * h[0] / n, "top5": 100.0 * h[1] / n if heads.num_classes > 5 else None}
             for k, h in hits.items()}

@@ -214,20 +214,21 @@ def train_heads(heads: LinearHeads, batches: Callable[[int], Iterable[tuple[torc
     heads.train()
     with tqdm(total=total, desc=desc, unit="step", disable=not progress, leave=False) as bar:
         for epoch in range(1, epochs + 1):
-            sums = {k: 0.0 for k in heads.keys}
+            sums: dict[str, torch.Tensor] = {}  # per group, its heads' summed losses, on the device
             steps = 0
             for feats, labels in batches(epoch):
                 opt.zero_grad(set_to_none=True)
                 for name in heads.group_names:
                     losses = upsampled_losses(heads.group_logits(name, feats), labels, heads.num_classes)
                     losses.sum().backward()  # heads share no parameter: each gets its own loss's gradient
-                    for j, v in enumerate(losses.detach().tolist()):
-                        sums[(name, j)] += v
+                    sums[name] = sums.get(name, 0) + losses.detach()
                 opt.step()
                 sched.step()
                 steps += 1
                 bar.update(1)
-            means = {k: v / max(steps, 1) for k, v in sums.items()}
+            means = {k: 0.0 for k in heads.keys}
+            for name, summed in sums.items():  # read back once an epoch, not at every step
+                means.update({(name, j): v for j, v in enumerate((summed / max(steps, 1)).tolist())})
             for k, v in means.items():
                 result.losses[k].append(v)
             bar.set_postfix(loss=f"{min(means.values()):.3f}")

@@ -10,9 +10,13 @@ false positives still lower the IoU of the classes whose pixels it took.
 
 Where the suite's metric library serves and where it does not:
 
-- the confusion matrix is torchmetrics' ``MulticlassConfusionMatrix``: its state is summed across
-  DDP ranks by ``compute()``/``sync``, which a multi-GPU evaluation needs, and it drops the ignore
-  label itself;
+- the confusion matrix is the state of torchmetrics' ``MulticlassConfusionMatrix``: it is summed
+  across DDP ranks by ``compute()``/``sync``, which a multi-GPU evaluation needs. The counting is
+  done here, not by its ``update``, which drops the ignored pixels with a boolean index and counts
+  them with ``bincount``: on a GPU both read a size back to the host, a sync per update. Here every
+  pixel goes to one ``scatter_add_`` bin (ignored ones and out-of-range values to an extra bin that
+  is dropped), and a value outside the classes is flagged on the device and refused at the first
+  read of the matrix (at once for CPU tensors, where checking costs nothing);
 - the reduction to IoU and mIoU stays hand-written (``iou_per_class``, ``mean_iou``): torchmetrics'
   ``MulticlassJaccardIndex(average="macro")`` averages over every class with a non-empty union, so
   a class predicted but absent from the ground truth enters the mean with IoU 0 (on
@@ -42,29 +46,43 @@ class ConfusionMatrix:
 
     def __init__(self, num_classes: int, ignore_index: int = IGNORE_INDEX) -> None:
         self.num_classes, self.ignore_index = int(num_classes), ignore_index
-        # the value checks are done once below, with messages that name the culprit
         self.metric = MulticlassConfusionMatrix(self.num_classes, ignore_index=ignore_index, validate_args=False)
+        self.bad: torch.Tensor | None = None  # (2,) bool: a ground truth / prediction value outside the classes
 
     @property
     def matrix(self) -> torch.Tensor:
+        self._refuse(self.bad)
         return self.metric.confmat
 
     def update(self, target: torch.Tensor | np.ndarray, pred: torch.Tensor | np.ndarray) -> None:
-        """Add one batch of label maps (any equal shapes; integer values)."""
+        """Add one batch of label maps (any equal shapes; integer values), reading nothing back to the host."""
         target, pred = torch.as_tensor(target), torch.as_tensor(pred)
         if target.shape != pred.shape:
             raise ValueError(f"target {tuple(target.shape)} and prediction {tuple(pred.shape)} differ in shape")
-        target, pred = target.reshape(-1).long(), pred.reshape(-1).long()
-        keep = target != self.ignore_index
-        target, pred = target[keep], pred[keep]
-        k = self.num_classes
-        if target.numel() and (int(target.min()) < 0 or int(target.max()) >= k):
-            raise ValueError(f"ground truth holds values outside [0, {k}) other than {self.ignore_index}")
-        if pred.numel() and (int(pred.min()) < 0 or int(pred.max()) >= k):
-            raise ValueError(f"prediction holds values outside [0, {k})")
         if self.metric.device != target.device:
             self.metric = self.metric.to(target.device)
-        self.metric.update(pred, target)
+        target, pred = target.reshape(-1).long(), pred.reshape(-1).long()
+        k = self.num_classes
+        scored = target != self.ignore_index
+        bad_target, bad_pred = scored & ((target < 0) | (target >= k)), scored & ((pred < 0) | (pred >= k))
+        bad = torch.stack((bad_target.any(), bad_pred.any()))
+        if target.device.type == "cpu":
+            self._refuse(bad)  # at once: nothing of this batch is counted
+        else:
+            self.bad = bad if self.bad is None else self.bad | bad
+        cell = torch.where(scored & ~bad_target & ~bad_pred, target * k + pred, k * k)
+        counts = torch.zeros(k * k + 1, dtype=torch.long, device=target.device)
+        counts.scatter_add_(0, cell, torch.ones_like(cell))
+        self.metric.confmat += counts[:k * k].view(k, k)
+
+    def _refuse(self, bad: torch.Tensor | None) -> None:
+        if bad is None:
+            return
+        bad_target, bad_pred = bad.tolist()
+        if bad_target:
+            raise ValueError(f"ground truth holds values outside [0, {self.num_classes}) other than {self.ignore_index}")
+        if bad_pred:
+            raise ValueError(f"prediction holds values outside [0, {self.num_classes})")
 
     def merge(self, other: "ConfusionMatrix") -> None:
         """Add the counts of another matrix of the same classes (e.g. another shard of the split)."""

@@ -11,6 +11,7 @@ import torch
 from eval.global_features import build_global_features, global_tokens
 from eval.knn import knn_scores, main
 from global_fixtures import SMALL, colour_images, register_colours, tiny_backbone
+from host_reads import HostReads
 from skipless.data.classification import LabelledImages
 from skipless.models import create_vit
 
@@ -42,9 +43,11 @@ def test_knn_scores_match_numpy_for_several_k_at_once():
     train = centres[train_y] + 1.2 * rng.normal(size=(200, 16))
     test = centres[test_y] + 1.2 * rng.normal(size=(60, 16))
     ks = [1, 5, 20, 50]
-    got = knn_scores(torch.tensor(train), torch.tensor(train_y), torch.tensor(test), torch.tensor(test_y), ks,
-                     temperature=0.1, num_classes=classes, chunk=7)
+    tensors = [torch.tensor(a) for a in (train, train_y, test, test_y)]
+    with HostReads() as reads:
+        got = knn_scores(*tensors, ks, temperature=0.1, num_classes=classes, chunk=7)
     assert sorted(got) == ks
+    assert len(reads.calls) == len(ks)  # the counts are read back once per k, not per chunk of 7
     for k in ks:
         top1, top5 = numpy_knn(train, train_y, test, test_y, k, 0.1, classes)
         assert got[k]["top1"] == pytest.approx(top1) and got[k]["top5"] == pytest.approx(top5), k

@@ -7,8 +7,9 @@ import torch
 
 from eval import knn, linear
 from eval.linear import train_and_score
-from eval.linear_heads import ClassifierHeads, best_lr_index, cosine_lr, train_heads
+from eval.linear_heads import ClassifierHeads, best_lr_index, cosine_lr, evaluate_heads, train_heads
 from global_fixtures import SMALL, register_colours, tiny_backbone
+from host_reads import HostReads
 
 
 def separable(n_per_class: int, classes: int = 7, dim: int = 24, seed: int = 0):
@@ -53,6 +54,21 @@ def test_heads_trained_side_by_side_are_the_heads_trained_alone():
     train_heads(alone, {"a": x}, y, epochs=3, batch_size=16, progress=False)
     assert torch.allclose(both.heads["a"][1].weight, alone.heads["a"][0].weight, atol=1e-6)
     assert not torch.allclose(both.heads["a"][0].weight, both.heads["a"][1].weight)
+
+
+def test_scores_are_each_heads_own_top1_and_top5_read_back_once_per_group():
+    x, y = separable(6)
+    heads = ClassifierHeads({"a": 24, "b": 12}, 7, [1e-3, 1e-1], seed=1)
+    inputs = {"a": x, "b": x[:, :12]}
+    with HostReads() as reads:
+        scores = evaluate_heads(heads, inputs, y, batch_size=5)  # 9 batches of 42 images
+    assert [name for _, name, _ in reads.calls] == ["tolist", "tolist"]
+    for (group, j), got in scores.items():
+        with torch.no_grad():
+            best = heads.heads[group][j](inputs[group]).topk(5, dim=1).indices
+        assert got["top1"] == pytest.approx(100 * (best[:, 0] == y).float().mean().item())
+        assert got["top5"] == pytest.approx(100 * (best == y[:, None]).any(1).float().mean().item())
+    assert len({round(v["top1"], 3) for v in scores.values()}) > 1  # the heads differ
 
 
 def test_the_cosine_follows_cosine_annealing_per_epoch():

@@ -9,6 +9,7 @@ from eval.linear_probe import (LinearHeads, cache_batches, evaluate_cached, eval
                                upsampled_losses)
 from skipless.models import create_vit, extract_features
 
+from host_reads import HostReads
 from seg_fixtures import write_voc
 
 
@@ -53,6 +54,29 @@ def test_reaches_near_perfect_miou_on_linearly_separable_features(up, floor):
     assert conf[("single", 0)].miou() < 0.5  # lr 1e-6 barely moves from the init: the sweep is not a no-op
     full = evaluate_full(heads, cache, _MaskList(cache.labels), "cpu", progress=False)
     assert torch.equal(full[("single", 1)].matrix, conf[("single", 1)].matrix)
+
+
+def test_epoch_losses_are_the_mean_step_losses_read_back_once_an_epoch():
+    """lrs of 1e-12 leave the heads as they are, so each epoch's loss is the mean over its batches of
+    ``upsampled_losses`` computed here directly; reading them costs one read per group and epoch."""
+    cache, _ = _separable_cache(n=16)
+    channels = {"single": np.arange(4), "ms": np.arange(8)}
+    heads = LinearHeads(channels, 4, lrs=[1e-12, 2e-12], bn=False, seed=0)
+    batches = cache_batches(cache, 2, seed=0, device="cpu")  # 8 steps an epoch
+    reads_at_epoch_end = []
+    with HostReads() as reads:
+        result = train_heads(heads, batches, steps_per_epoch=8, epochs=2, progress=False,
+                             on_epoch=lambda epoch, means: reads_at_epoch_end.append(len(reads.calls)))
+    assert reads_at_epoch_end == [2, 4]  # one per group and epoch, not one per step
+    with torch.no_grad():
+        for epoch in (1, 2):
+            steps = [upsampled_losses(heads.group_logits(name, f), y, 4) for f, y in batches(epoch)
+                     for name in ("single", "ms")]
+            for g, name in enumerate(("single", "ms")):
+                expected = torch.stack(steps[g::2]).mean(0)
+                for j in range(2):
+                    assert result.losses[(name, j)][epoch - 1] == pytest.approx(float(expected[j]), rel=1e-5)
+    assert result.losses[("single", 0)] != pytest.approx(result.losses[("single", 1)], rel=1e-3)
 
 
 def test_heads_trained_side_by_side_equal_heads_trained_alone():

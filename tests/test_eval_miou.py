@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from eval.miou import ConfusionMatrix, iou_per_class, mean_iou
+from host_reads import HostReads
 
 
 def _reference(pairs, k):
@@ -85,3 +86,22 @@ def test_bad_values_are_refused():
         conf.update(np.zeros((2, 2)), np.zeros((2, 3)))
     conf.update(np.array([255, 255]), np.array([9, 1]))  # ignored pixels may hold any prediction
     assert conf.matrix.sum() == 0 and np.isnan(conf.miou())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_updates_read_nothing_back_and_bad_values_are_refused_at_the_first_read():
+    pairs = _random_pairs(np.random.default_rng(4), 5, set(), n=3)
+    on_gpu = [(torch.from_numpy(gt).cuda(), torch.from_numpy(pred).cuda()) for gt, pred in pairs]
+    cpu, gpu = ConfusionMatrix(5), ConfusionMatrix(5)
+    with HostReads() as reads:
+        for gt, pred in on_gpu:
+            gpu.update(gt, pred)
+    assert reads.calls == []
+    for gt, pred in pairs:
+        cpu.update(gt, pred)
+    assert torch.equal(gpu.matrix.cpu(), cpu.matrix) and gpu.miou() == cpu.miou()
+    bad = ConfusionMatrix(3)
+    bad.update(torch.tensor([3, 0], device="cuda"), torch.tensor([0, 0], device="cuda"))  # recorded, not read
+    with pytest.raises(ValueError, match="ground truth holds values outside"):
+        bad.miou()

@@ -67,6 +67,21 @@ def test_dct_matrix_is_orthonormal_dct_ii():
     np.testing.assert_allclose((d @ torch.from_numpy(v)).numpy(), scipy.fft.dct(v, type=2, norm="ortho"), atol=1e-12)
 
 
+def test_forwards_reuse_the_dct_matrices_built_by_the_first_and_give_the_same_result():
+    """The matrices are built once per (size, dtype, device), not copied onto the device at each forward."""
+    model = create_vit("vit_tiny", depth=1, token_graying={"method": "dct", "eps": 0.8})
+    x = _images(h=64, w=48).float()
+    dct_matrix.cache_clear()
+    with torch.no_grad():
+        first = model(x)
+        built = dct_matrix.cache_info()
+        second = model(x)
+    assert built.misses == 2  # D_n (n = 12 patches) and D_d (d = 3 * 16 * 16)
+    assert dct_matrix.cache_info().misses == 2 and dct_matrix.cache_info().hits == built.hits + 2
+    assert dct_matrix(12, device=x.device) is dct_matrix(12, device=x.device)
+    assert torch.equal(first, second)
+
+
 def test_svd_graying_raises_the_small_singular_values_and_keeps_the_largest():
     x = _images(b=1)
     before = torch.linalg.svdvals(patches_of(x, 16))[0]

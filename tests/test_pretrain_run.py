@@ -107,6 +107,18 @@ def test_divergence_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(
     assert all(torch.isfinite(p).all() for p in load_backbone(run / "backbone.pt").parameters())
 
 
+def test_a_nan_between_reading_steps_at_an_epochs_end_is_named_and_nothing_after_it_is_saved(tmp_path, data_root):
+    """The loss is read every 3 steps (2, 5, 8, ...): NaN from step 6 on, in epoch 2 (steps 4-7), is
+    read first at the epoch end, before the checkpoint and the backbone would be written."""
+    cfg = tiny_cfg(tmp_path, data_root, "train.epochs=3", "train.knn_every_n_epochs=0", "train.log_every_n_steps=3")
+    with pytest.raises(DivergenceError, match=r"diverged at step 6 \(loss nan\)"):
+        pretrain(cfg, extra_callbacks=[PoisonAt(6)])
+    run = run_dir_of(cfg)
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")["global_step"] == 4
+    assert torch.load(run / "backbone.pt", weights_only=False, map_location="cpu")["extra"]["step"] == 4
+    assert all(torch.isfinite(p).all() for p in load_backbone(run / "backbone.pt").parameters())
+
+
 def test_knn_monitor_scores_teacher_and_random(tmp_path, data_root):
     from skipless.training.callbacks import KNNMonitor
     cfg = tiny_cfg(tmp_path, data_root, "train.epochs=1", "train.knn_every_n_epochs=1")

@@ -65,13 +65,14 @@ def knn_predict(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feat
 @torch.no_grad()
 def extract_cls(backbone: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
                 device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
-    """CLS features and labels of every (images, labels) batch, in eval mode."""
+    """CLS features and labels of every (images, labels) batch, in eval mode, on ``device`` (no batch
+    waits for the device to hand its features back)."""
     was_training = backbone.training
     backbone.eval()
     feats, labels = [], []
     for images, y in batches:
-        feats.append(backbone(images.to(device)).float().cpu())
-        labels.append(y)
+        feats.append(backbone(images.to(device)).float())
+        labels.append(y.to(device))
     backbone.train(was_training)
     return torch.cat(feats), torch.cat(labels)
 

@@ -44,17 +44,17 @@ def check_graying(method: str, eps: float) -> None:
 
 
 @lru_cache(maxsize=32)
-def _dct_matrix_cpu(n: int) -> torch.Tensor:
+def dct_matrix(n: int, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> torch.Tensor:
+    """The orthonormal DCT-II matrix ``D`` (n x n): ``D x`` is the DCT-II of ``x``, ``D^T`` its inverse.
+
+    Built once per ``(n, dtype, device)`` and kept (4.7 MB for d = 768 in float64, on each device
+    used), so a forward neither rebuilds it nor copies it onto the device again; it is shared, so no
+    caller may change it in place."""
     i = torch.arange(n, dtype=torch.float64)
     d = torch.cos(math.pi * (2 * i[None, :] + 1) * i[:, None] / (2 * n))  # row k, column i (Eq. 9)
     d[0] *= math.sqrt(1 / n)
     d[1:] *= math.sqrt(2 / n)
-    return d
-
-
-def dct_matrix(n: int, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> torch.Tensor:
-    """The orthonormal DCT-II matrix ``D`` (n x n): ``D x`` is the DCT-II of ``x``, ``D^T`` its inverse."""
-    return _dct_matrix_cpu(n).to(device=device, dtype=dtype)
+    return d.to(device=device, dtype=dtype)
 
 
 def patches_of(images: torch.Tensor, patch: int) -> torch.Tensor:

@@ -34,6 +34,7 @@ from ..optim.param_groups import clip_gradients_per_parameter, param_groups
 from ..optim.schedules import cosine_schedule, linear_then_constant
 from ..summary import peak_lr
 from ..training.divergence import stop_if_diverged
+from ..training.step_scalars import device_scalars
 from .head import DINOHead
 from .loss import DINOLoss
 from .multicrop import denormalize
@@ -167,17 +168,15 @@ class DINO(pl.LightningModule):
                 self.loss_fn.update_center(teacher_out)
             with record_function(RANGES["ema"]):
                 self._ema_update(momentum)
-        # Checked once the whole step is queued: its one host-device sync falls where the progress bar
-        # reads the loss anyway, instead of stalling the device between forward and backward. A
-        # non-finite loss has made this step's update non-finite too, but nothing of it is ever saved
-        # (checkpoints are written at epoch ends): the run stops here with its last good checkpoint.
+        # Recorded on the device, read every train.log_every_n_steps and before each epoch end's saves
+        # (training/divergence.py): nothing after a non-finite loss is ever saved.
         stop_if_diverged(self, loss, step)
         with record_function(RANGES["log"]):
+            schedule = {"schedule/lr": lr, "schedule/weight_decay": wd, "schedule/momentum": momentum,
+                        "schedule/teacher_temp": temp}
             self.log_dict({"train/loss": loss.detach(), "train/kl_teacher_student": (loss - entropy).detach(),
-                           "train/teacher_entropy": entropy, "schedule/lr": lr, "schedule/weight_decay": wd,
-                           "schedule/momentum": momentum, "schedule/teacher_temp": temp},
+                           "train/teacher_entropy": entropy, **device_scalars(schedule, self.device)},
                           on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
-            self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True)
         return loss.detach()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -67,7 +67,8 @@ class DINOLoss(nn.Module):
     def update_center(self, teacher_out: torch.Tensor) -> None:
         """EMA of the center towards the mean teacher output of the global batch (all ranks)."""
         batch_sum = teacher_out.float().sum(dim=0, keepdim=True)
-        count = torch.tensor([teacher_out.shape[0]], dtype=torch.float32, device=teacher_out.device)
+        # written by a kernel: torch.tensor(..., device=) would copy from the host, a sync on a GPU
+        count = torch.full((1,), float(teacher_out.shape[0]), dtype=torch.float32, device=teacher_out.device)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(batch_sum)
             dist.all_reduce(count)

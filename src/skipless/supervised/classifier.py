@@ -29,6 +29,7 @@ from ..optim.param_groups import param_groups
 from ..optim.schedules import cosine_schedule
 from ..summary import peak_lr
 from ..training.divergence import stop_if_diverged
+from ..training.step_scalars import device_scalars
 from .augment import batch_mixer
 
 
@@ -112,11 +113,11 @@ class Supervised(pl.LightningModule):
             if self.cfg.optim.clip_grad:
                 torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
             opt.step()
-        stop_if_diverged(self, loss, step)  # after the step is queued: see DINO.training_step
+        stop_if_diverged(self, loss, step)  # read every N steps: training/divergence.py
 
-        self.log_dict({"train/loss": loss.detach(), **train_metrics, "schedule/lr": lr, "schedule/weight_decay": wd},
+        schedule = device_scalars({"schedule/lr": lr, "schedule/weight_decay": wd}, self.device)
+        self.log_dict({"train/loss": loss.detach(), **train_metrics, **schedule},
                       on_step=True, prog_bar=False, batch_size=images.shape[0])
-        self.log("loss", loss.detach(), prog_bar=True, logger=False, on_step=True)
         return loss.detach()
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:

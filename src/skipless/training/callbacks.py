@@ -1,5 +1,7 @@
 """Callbacks of a pretraining run: the divergence guard, RNG state in checkpoints, epoch-end
-checkpoints, the teacher export, the k-NN monitor, the run summary (skipped images, final loss)."""
+checkpoints, the teacher export, the k-NN monitor, the progress bar, the run summary (skipped
+images, final loss). None reads a tensor back to the host on the steps between two logging steps
+(``train.log_every_n_steps``): such a read waits for the device to finish its queued work."""
 from __future__ import annotations
 
 import json
@@ -12,20 +14,23 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.distributed as dist
+from lightning.pytorch.callbacks import TQDMProgressBar
 
 from ..analysis.knn import knn_accuracy
 from ..atomic import atomic_write
 from ..models import create_vit, save_backbone
 from ..ssl.errors import DivergenceError
-from .divergence import divergence_message
+from .divergence import divergence_message, raise_if_loss_diverged
 
 
 class DivergenceGuard(pl.Callback):
-    """Stops the run when a parameter is non-finite at an epoch end, before anything is exported or
-    checkpointed (it must come first in the callback list), so the last good checkpoint survives.
-    The per-step loss check lives in ``DINO.training_step``."""
+    """Stops the run at an epoch end when a loss since the last reading step or a parameter is
+    non-finite, before anything is exported or checkpointed (it must come first in the callback
+    list), so the last good checkpoint survives. The losses are recorded by ``stop_if_diverged``
+    in each module's ``training_step`` (``training/divergence.py`` states the rule)."""
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        raise_if_loss_diverged(pl_module)
         bad = next((n for n, p in pl_module.named_parameters() if not torch.isfinite(p).all()), None)
         if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
             raise DivergenceError(divergence_message(pl_module.cfg, trainer.global_step,
@@ -173,6 +178,30 @@ def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:
         logger.log_metrics({name: value}, step=trainer.global_step)
 
 
+class ProgressBar(TQDMProgressBar):
+    """Lightning's bar, moved every step, showing the logged ``train/loss``, read back from the device
+    only at the steps Lightning logs (every ``train.log_every_n_steps``) and at an epoch's last batch.
+
+    Lightning converts every ``prog_bar=True`` value to a number after each batch, whether shown or
+    not: a host-device sync per step, which is why the modules log no ``prog_bar`` value."""
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        bar = self.train_progress_bar
+        if bar.disable:
+            return
+        bar.update(batch_idx + 1 - bar.n)
+        if trainer.global_step % max(trainer.log_every_n_steps, 1) == 0 or batch_idx + 1 == bar.total:
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, int | str | float]:
+        metrics = super().get_metrics(trainer, pl_module)
+        loss = trainer.callback_metrics.get("train/loss")
+        if loss is not None:
+            metrics["loss"] = float(loss)
+        return metrics
+
+
 class RunSummary(pl.Callback):
     """Counts the unreadable images skipped (over every worker and rank), says so at each epoch end
     that skipped any and at the end of the run, and writes ``<run>/summary.json`` (atomically) when
@@ -199,7 +228,7 @@ class RunSummary(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
-            self.final_loss = float(loss)
+            self.final_loss = loss.detach()  # read once, when the summary is written
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         total = self._skipped_so_far(trainer)
@@ -225,7 +254,7 @@ class RunSummary(pl.Callback):
 
     def _write(self, trainer: pl.Trainer, status: str) -> None:
         summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,
-                   "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self.final_loss}
+                   "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self._final_loss()}
         if self.precision:
             summary["precision"] = self.precision
         last_val = getattr(trainer.lightning_module, "last_val", None)  # a supervised run's last validation
@@ -233,3 +262,11 @@ class RunSummary(pl.Callback):
             summary["val"] = last_val
         text = json.dumps(summary, indent=1) + "\n"
         atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))
+
+    def _final_loss(self) -> float | None:
+        if self.final_loss is None:
+            return None
+        try:
+            return float(self.final_loss)
+        except RuntimeError:  # a device that failed (the run's error) cannot be read: the summary still says so
+            return None

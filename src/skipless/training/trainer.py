@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from omegaconf import DictConfig
 
 from ..config import ConfigError
 from ..world import devices_of, runs_on_cuda, world_size
-from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, RNGState, RunSummary
+from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, ProgressBar, RNGState, RunSummary
 from .checkpoint_io import AtomicCheckpointIO
 from .precision import LossScaleMonitor, precision_plugin
 
@@ -64,7 +63,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callbac
         RNGState(),
         ExportBackbone(run_dir, epochs=cfg.train.export_epochs),
         EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints),
-        TQDMProgressBar(refresh_rate=1),
+        ProgressBar(),
         RunSummary(run_dir, precision=described),
         LossScaleMonitor(),
     ]
