@@ -62,7 +62,8 @@ def knn_scores(train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tenso
         target = test_y[start:start + chunk].long().to(next(iter(votes.values())).device)
         for k, v in votes.items():
             mine = v.gather(1, target[:, None])
-            chunk_hits = torch.stack(((v.argmax(1) == target).sum(), ((mine[:, 0] > 0) & ((v > mine).sum(1) < 5)).sum()))
+            top1, top5 = v.argmax(1) == target, (mine[:, 0] > 0) & ((v > mine).sum(1) < 5)
+            chunk_hits = torch.stack((top1.sum(), top5.sum()))
             hits[k] = hits[k] + chunk_hits if k in hits else chunk_hits
     n = max(int(test_y.shape[0]), 1)
     counts = {k: hits[k].tolist() if k in hits else [0, 0] for k in ks}

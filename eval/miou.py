@@ -79,10 +79,11 @@ class ConfusionMatrix:
         if bad is None:
             return
         bad_target, bad_pred = bad.tolist()
+        k = self.num_classes
         if bad_target:
-            raise ValueError(f"ground truth holds values outside [0, {self.num_classes}) other than {self.ignore_index}")
+            raise ValueError(f"ground truth holds values outside [0, {k}) other than {self.ignore_index}")
         if bad_pred:
-            raise ValueError(f"prediction holds values outside [0, {self.num_classes})")
+            raise ValueError(f"prediction holds values outside [0, {k})")
 
     def merge(self, other: "ConfusionMatrix") -> None:
         """Add the counts of another matrix of the same classes (e.g. another shard of the split)."""
