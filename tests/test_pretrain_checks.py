@@ -64,7 +64,9 @@ def run_main(tmp_path, capsys, *args: str) -> tuple[int, str]:
     (["dino.local_crop_size=50"], "dino.local_crop_size=50 is not a multiple of model.patch_size=16"),
     (["model.drop_path_rate=1.0"], "model.drop_path_rate must be a number in [0, 1), got 1.0"),
     (["train.devices=0"], "train.devices must be auto or an integer >= 1, got 0"),
-    (["train.precision=fp8"], "train.precision must be one of auto, 64-true, 32-true"),
+    (["train.precision=fp8"], "train.precision must be one of auto, 32-true, bf16-mixed, 16-mixed, 64-true"),
+    (["train.precision=bf16-true"], "train.precision must be one of auto, 32-true, bf16-mixed, 16-mixed, 64-true "
+                                    "(16-bit weights, as bf16-true and 16-true keep them, lose the EMA teacher's"),
     (["optim=soap", "optim.precondition_frequency=0"], "optim.precondition_frequency must be an integer >= 1, got 0"),
     (["train.epochs=2.5"], "train.epochs must be an integer >= 1, got 2.5"),
 ])

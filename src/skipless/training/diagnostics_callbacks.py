@@ -9,7 +9,7 @@ the effective rank (seeds/002, Section 5) beside them. TensorBoard: ``conditioni
 
 ``BlockSignals`` logs, every ``signals_every_n_steps`` steps, what a researcher watches when a
 skipless run goes wrong (``analysis.block_signals``): per block the gradient norm (after backward,
-before DINO's per-parameter clipping), the update-to-weight ratio of the optimiser step, the
+before DINO's per-parameter clipping; unscaled under 16-mixed, ``training/precision.py``), the update-to-weight ratio of the optimiser step, the
 attention entropy and mean diagonal weight, and the mean cosine between patch tokens (rank
 collapse). TensorBoard: ``signals/<name>/block<l>``.
 
