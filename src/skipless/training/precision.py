@@ -126,6 +126,8 @@ class StepOutsideAutocast(MixedPrecision):
             self._unscaled.discard(id(optimizer))
             self._after_closure(model, optimizer)
             # A skipped step is exactly one after which update() lowered the scale (it only grows otherwise).
+            # get_scale() reads the device twice per step, under 16-mixed only, where the scaler's own
+            # step already waits for its found-inf flag.
             scale = self.scaler.get_scale()
             out = self.scaler.step(optimizer, **kwargs)
             self.scaler.update()
