@@ -44,7 +44,8 @@ from .lanczos import Spectrum, extreme_eigenvalues
 
 __all__ = [
     "Condition", "DenseMatrixError", "DIVERGED", "OVERFLOW", "NUMERICALLY_ZERO",
-    "json_number", "zero_threshold", "numerically_zero", "svd_condition", "condition_from_spectrum", "operator_condition", "dense_condition", "infinite_condition",
+    "json_number", "zero_threshold", "numerically_zero", "svd_condition", "condition_from_spectrum",
+    "operator_condition", "dense_condition", "infinite_condition",
 ]
 
 DIVERGED = "non-finite weights (the model diverged)"
