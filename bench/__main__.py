@@ -44,6 +44,7 @@ from skipless.atomic import atomic_write
 from .attention_variants import section_variants
 from .compile_step import section_compile
 from .conditioning import section_conditioning
+from .flops import mfu_note
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
 from .optimizer_step import section_optim
@@ -55,6 +56,8 @@ from .table import markdown_table
 from .tokencut_solvers import bench_section
 from .train_step import section_train
 
+# The FLOP columns of the pretrain and train tables (``flops.py``: a training step's FLOPs, 3 x forward).
+UTILISATION = ("gflop_per_image", "model_tflops_per_s", "mfu")
 SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader",
             "compile", "variants", "osa")
 # The sections that take only ``quick`` and return (result, the text to print), run last in this order.
@@ -82,15 +85,15 @@ def main() -> None:
         results["pretrain"] = rows
         print(f"\nDINO pretraining step on {results['device']}:")
         print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
-                                    "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
-                                    "peak_memory_mb"]))
+                                    "soap_over_adamw", "skipless_over_skip", *UTILISATION, "peak_memory_mb"]))
+        print(mfu_note())
     if "train" in args.only:
         rows = section_train(args.quick)
         results["train"] = rows
         print(f"\nsupervised training step on {results['device']}:")
         print(markdown_table(rows, ["model", "optim", "arch", "batch", "image_px", "step_s", "images_per_s",
-                                    "soap_over_adamw", "skipless_over_skip", "backbone_tflops_per_s", "mfu",
-                                    "peak_memory_mb"]))
+                                    "soap_over_adamw", "skipless_over_skip", *UTILISATION, "peak_memory_mb"]))
+        print(mfu_note())
     if "probe" in args.only:
         results["probe"] = r = bench_probe(args.quick)
         rows = [{"way": "cached features", "sweep_s": r["cached"]["total_s"], "lr": r["cached"]["best_lr"],

@@ -3,8 +3,10 @@
 ``pretrain``: images/s, step time and peak memory of a full DINO training step (student on all
 crops, teacher on the globals, loss, backward, clipping, optimizer, EMA) for skip vs skipless and
 AdamW vs SOAP, on random crops so that data loading is not measured; achieved TFLOP/s and model
-FLOP utilisation where the GPU's peak is known. ``peak_memory_mb`` is the CUDA peak of the step on a
-GPU; on a CPU it is the process's peak resident memory so far (rows run in order, so it only grows).
+FLOP utilisation where the GPU's peak is known (``flops.py``: the FLOPs of student and teacher, heads
+and attention products included, training counted as 3 x forward; the peak by the GPU's name).
+``peak_memory_mb`` is the CUDA peak of the step on a GPU; on a CPU it is the process's peak resident
+memory so far (rows run in order, so it only grows).
 ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S.
 """
 from __future__ import annotations
@@ -17,15 +19,13 @@ from functools import partial
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
-from torch.utils.flop_counter import FlopCounterMode
 
 from skipless.config import load_config
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino_module import DINO
 from skipless.ssl.multicrop import collate_multicrop
 
-# Dense bf16 tensor-core peaks (vendor datasheets), for model FLOP utilisation.
-PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0}
+from .flops import dino_step_flops, utilisation
 
 
 def device_name() -> str:
@@ -69,13 +69,6 @@ class StepTimer(pl.Callback):
             self.times.append(time.perf_counter() - self._t0)
 
 
-def forward_flops(model: torch.nn.Module, size: int) -> int:
-    """FLOPs of one forward pass of the backbone on one image of ``size`` x ``size``."""
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(torch.zeros(1, 3, size, size))
-    return counter.get_total_flops()
-
-
 def bench_pretrain_step(model: str, optim: str, overrides: list[str], steps: int, warmup: int) -> dict:
     cfg = load_config("pretrain", [f"model={model}", f"optim={optim}", *overrides])
     d = cfg.dino
@@ -86,17 +79,10 @@ def bench_pretrain_step(model: str, optim: str, overrides: list[str], steps: int
     timer = StepTimer(warmup)
     bench_trainer(timer).fit(module, loader)
     step = sorted(timer.times)[len(timer.times) // 2]  # median
-    backbone = backbone_factory(cfg, 0.0)
-    per_image = 3 * (2 * forward_flops(backbone, d.global_crop_size)
-                     + d.local_crops_number * forward_flops(backbone, d.local_crop_size))  # student fwd+bwd
-    per_image += 2 * forward_flops(backbone, d.global_crop_size)  # teacher forward
-    tflops = per_image * batch / step / 1e12
-    peak = gpu_peak_tflops()
     return {
         "model": model, "optim": optim, "batch": batch, "crops": f"2x{d.global_crop_size} + "
         f"{d.local_crops_number}x{d.local_crop_size}", "step_s": step, "images_per_s": batch / step,
-        "backbone_tflops_per_s": tflops, "mfu": tflops / peak if peak else None,
-        "peak_memory_mb": memory_mb(),
+        **utilisation(dino_step_flops(cfg), batch, step), "peak_memory_mb": memory_mb(),
     }
 
 
@@ -127,13 +113,6 @@ def memory_mb() -> float:
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def gpu_peak_tflops() -> float | None:
-    """The dense bf16 peak of this GPU when it is known (``PEAK_BF16_TFLOPS``), else None."""
-    if not torch.cuda.is_available():
-        return None
-    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in torch.cuda.get_device_name(0)), None)
 
 
 def bench_trainer(timer: StepTimer) -> pl.Trainer:

@@ -17,7 +17,7 @@ Why the glue does two things the official script does not:
 - Some checkouts (forks) name ``utils.py`` ``vit_utils`` in ``vision_transformer.py``; when the
   checkout has no ``vit_utils.py``, that name is given its ``utils`` module for the import.
 
-Fairness: identical sizes, fp32 on the CPU, the same crops (two loaders over one dataset, in order,
+Fairness: identical sizes, the CPU, the same crops (two loaders over one dataset, in order,
 each fetched inside its own side's time, in-process: ``num_workers=0`` on both sides), one process,
 alternating: ours runs through Lightning (``Trainer.fit``) and the official step runs in our
 ``on_train_batch_end`` hook. Our step is timed from the end of one official step to the start of the
@@ -28,6 +28,13 @@ and SOAP rows are timed against that same official step. Our rows run our speed 
 defaults (``optim.implementation``), eager and then compiled (``train.compile``; the compilation
 happens in the warm-up steps and is not timed; the inductor cache on disk makes later rows of the
 same model compile faster).
+
+Precision: the official side is fp32 in every row. DINO has no CPU bf16 path: its only mixed
+precision is ``--use_fp16``, CUDA fp16 (``torch.cuda.amp.autocast`` with a ``GradScaler`` in
+``main_dino.train_one_epoch``). Ours runs fp32 (``32-true``) and, on a CPU with native bf16
+(``cpu_has_native_bf16``), ``bf16-mixed`` as ``train.precision=auto`` picks it there, so that row
+compares what a user of each gets on this machine. Without native bf16 the bf16 row is left out, and
+a line under the table says why (emulated bf16 is about 11 times slower than fp32 there).
 """
 from __future__ import annotations
 
@@ -53,14 +60,15 @@ from skipless.models.vit import ARCHS
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino_module import DINO
 from skipless.ssl.multicrop import collate_multicrop
+from skipless.training.trainer import cpu_has_native_bf16
 
 from .table import markdown_table
 
 OFFICIAL_FILES = ("vision_transformer.py", "utils.py", "main_dino.py")
 OFFICIAL_MODULES = ("utils", "vit_utils", "vision_transformer", "main_dino")
 CONFIGS = (("skip", "adamw"), ("skip", "soap"), ("skipless", "adamw"), ("skipless", "soap"))
-COLUMNS = ["model", "optim", "compile", "batch", "crops", "official_step_s", "ours_step_s", "official_over_ours",
-           "official_images_per_s", "ours_images_per_s"]
+COLUMNS = ["model", "optim", "compile", "precision", "batch", "crops", "official_step_s", "ours_step_s",
+           "official_over_ours", "official_images_per_s", "ours_images_per_s"]
 
 
 def sizes(batch: int = 8, global_size: int = 224, local_size: int = 96, n_local: int = 8, out_dim: int = 65536,
@@ -71,12 +79,13 @@ def sizes(batch: int = 8, global_size: int = 224, local_size: int = 96, n_local:
                 arch=arch, depth=depth)
 
 
-def our_config(model: str, optim: str, size: dict, compiled: bool = False):
+def our_config(model: str, optim: str, size: dict, compiled: bool = False, precision: str = "32-true"):
     """Our pretraining config at ``size``: the paper's recipe (ViT/16, CLS token, DINO's head and
     teacher settings) with the sizes overridden, our speed keys at their defaults except
-    ``train.compile`` (``compiled``)."""
+    ``train.compile`` (``compiled``) and ``train.precision``."""
     return load_config("pretrain", [
         f"model={model}", f"optim={optim}", "recipe=paper", f"train.compile={str(compiled).lower()}",
+        f"train.precision={precision}",
         f"model.arch={size['arch']}",
         f"model.depth={'null' if size['depth'] is None else size['depth']}",
         f"train.batch_size_per_device={size['batch']}", f"dino.global_crop_size={size['global_size']}",
@@ -246,9 +255,9 @@ def median(xs: list[float]) -> float:
     return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
-def cpu_trainer(callbacks: list[pl.Callback]) -> pl.Trainer:
-    """One epoch, fp32 on the CPU, nothing written: the official step is a CPU fp32 step here."""
-    return pl.Trainer(accelerator="cpu", devices=1, precision="32-true", max_epochs=1, logger=False,
+def cpu_trainer(callbacks: list[pl.Callback], precision: str = "32-true") -> pl.Trainer:
+    """One epoch on the CPU in ``precision``, nothing written."""
+    return pl.Trainer(accelerator="cpu", devices=1, precision=precision, max_epochs=1, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       callbacks=callbacks)
 
@@ -266,22 +275,24 @@ def loaders(size: dict, n_batches: int) -> tuple[DataLoader, DataLoader]:
 
 
 def side_by_side_row(dino: SimpleNamespace, model: str, optim: str, size: dict, steps: int, warmup: int,
-                     compiled: bool = False) -> dict:
-    """One of our configurations against the official step, alternating, ``warmup`` + ``steps`` each.
-    Compiled (``train.compile``), our first step compiles every shape; the warm-up steps hold it."""
+                     compiled: bool = False, precision: str = "32-true") -> dict:
+    """One of our configurations against the official (fp32) step, alternating, ``warmup`` + ``steps``
+    each; ours in ``precision``. Compiled (``train.compile``), our first step compiles every shape;
+    the warm-up steps hold it."""
     if warmup < 1:
         raise ValueError("warmup must be at least 1: our first timed step starts at the end of an official one")
-    cfg = our_config(model, optim, size, compiled)
+    cfg = our_config(model, optim, size, compiled, precision)
     ours_loader, official_loader = loaders(size, warmup + steps)
     torch.manual_seed(0)
     official = OfficialStep(dino, cfg, official_loader)
     torch.manual_seed(0)
     module = DINO(cfg, partial(backbone_factory, cfg))
     timer = Alternate(official, warmup)
-    cpu_trainer([timer]).fit(module, ours_loader)
+    cpu_trainer([timer], precision).fit(module, ours_loader)
     off, ours = median(timer.official_times), median(timer.ours_times)
     b = size["batch"]
-    return {"model": model, "optim": optim, "compile": compiled, "batch": b,
+    return {"model": model, "optim": optim, "compile": compiled, "precision": precision,
+            "official_precision": "32-true", "batch": b,
             "crops": f"2x{size['global_size']} + {size['n_local']}x{size['local_size']}",
             "official_step_s": off, "ours_step_s": ours, "official_over_ours": off / ours,
             "official_images_per_s": b / off, "ours_images_per_s": b / ours,
@@ -302,11 +313,21 @@ def one_process_group():
         dist.destroy_process_group()
 
 
+def our_precisions() -> tuple[tuple[str, ...], str | None]:
+    """The precisions of our rows, and why bf16-mixed is left out (None when it is not)."""
+    if cpu_has_native_bf16():
+        return ("32-true", "bf16-mixed"), None
+    return ("32-true",), ("no bf16-mixed row of ours: this CPU has no native bf16 (oneDNN reports none), where "
+                          "bf16 autocast is emulated and about 11x slower than fp32 (training/trainer.py "
+                          "cpu_has_native_bf16).")
+
+
 def section_official(repo: str | None = None, quick: bool = False, *, configs=CONFIGS, size: dict | None = None,
-                     steps: int | None = None, warmup: int | None = None,
-                     compiled: tuple[bool, ...] = (False, True)) -> tuple[list[dict] | None, str]:
+                     steps: int | None = None, warmup: int | None = None, compiled: tuple[bool, ...] = (False, True),
+                     precisions: tuple[str, ...] | None = None) -> tuple[list[dict] | None, str]:
     """Rows (None when skipped) and the text to print: the table, or the one line saying why not.
-    Every configuration is timed eager and, with ``True`` in ``compiled``, with ``train.compile``."""
+    Every configuration is timed eager and, with ``True`` in ``compiled``, with ``train.compile``; ours
+    in each of ``precisions`` (None: ``our_precisions``, fp32 and bf16-mixed where the CPU has native bf16)."""
     repo = os.environ.get("DINO_REPO") if repo is None else repo
     problem = official_checkout_problem(repo)
     if problem:
@@ -314,10 +335,15 @@ def section_official(repo: str | None = None, quick: bool = False, *, configs=CO
     size = size or sizes()
     steps = steps or (3 if quick else 5)
     warmup = warmup or (1 if quick else 2)
+    missing = None
+    if precisions is None:
+        precisions, missing = our_precisions()
     dino = import_official(repo)
     with one_process_group():
-        rows = [side_by_side_row(dino, m, o, size, steps, warmup, c) for c in compiled for m, o in configs]
-    text = (f"\nthe official DINO step ({repo}: skip ViT + AdamW) against ours, fp32 on the CPU "
+        rows = [side_by_side_row(dino, m, o, size, steps, warmup, c, p)
+                for c in compiled for p in precisions for m, o in configs]
+    text = (f"\nthe official DINO step ({repo}: skip ViT + AdamW, fp32: it has no CPU bf16 path, its mixed "
+            f"precision is CUDA fp16) against ours in {', '.join(precisions)}, on the CPU "
             f"({torch.get_num_threads()} threads), alternating, median of {steps} steps after {warmup}; "
             "official_over_ours > 1: ours is faster:\n")
-    return rows, text + markdown_table(rows, COLUMNS)
+    return rows, text + markdown_table(rows, COLUMNS) + ("" if missing is None else "\n" + missing)

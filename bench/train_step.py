@@ -11,9 +11,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from skipless.config import load_config
-from skipless.supervised.classifier import Supervised, classifier_backbone
+from skipless.supervised.classifier import Supervised
 
-from .pretrain_step import StepTimer, bench_trainer, forward_flops, gpu_peak_tflops, memory_mb, with_ratios
+from .flops import supervised_step_flops, utilisation
+from .pretrain_step import StepTimer, bench_trainer, memory_mb, with_ratios
 
 NUM_CLASSES = 1000
 
@@ -40,11 +41,9 @@ def bench_train_step(model: str, optim: str, overrides: list[str], steps: int, w
     timer = StepTimer(warmup)
     bench_trainer(timer).fit(module, loader)
     step = sorted(timer.times)[len(timer.times) // 2]  # median
-    tflops = 3 * forward_flops(classifier_backbone(cfg.model), size) * batch / step / 1e12  # fwd + bwd
-    peak = gpu_peak_tflops()
     return {"model": model, "optim": optim, "arch": cfg.model.arch, "batch": batch, "image_px": size,
-            "step_s": step, "images_per_s": batch / step, "backbone_tflops_per_s": tflops,
-            "mfu": tflops / peak if peak else None, "peak_memory_mb": memory_mb()}
+            "step_s": step, "images_per_s": batch / step,
+            **utilisation(supervised_step_flops(cfg, NUM_CLASSES), batch, step), "peak_memory_mb": memory_mb()}
 
 
 def section_train(quick: bool) -> list[dict]:

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from skipless.analysis.block_signals import attention_signals, gradient_norms, parameter_snapshot, update_ratios
+from skipless.analysis.block_signals import (_mean_pairwise_cosine, attention_signals, gradient_norms,
+                                             parameter_snapshot, update_ratios)
 from skipless.models import create_vit
 
 
@@ -141,3 +142,14 @@ def test_attention_that_is_not_a_distribution_has_no_entropy_and_the_other_signa
     got = attention_signals(model, torch.randn(2, 3, 32, 32))[0]
     assert "attention_entropy" not in got
     assert math.isfinite(got["attention_diagonal"]) and math.isfinite(got["token_cosine"])
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-20, 1e20])
+def test_a_token_is_zero_relative_to_the_largest_of_its_image_so_cosines_do_not_depend_on_scale(scale):
+    """Two equal tokens and a third along them: at 1e-13 of their norm (far above d * eps) it has their
+    direction, every cosine is 1; at 1e-17 (below 4 * eps) it is rounding-level, numerically zero, and
+    only the equal pair counts: 2 of the 6 ordered pairs."""
+    e1 = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    for tiny, expected in ((1e-13, 1.0), (1e-17, 1 / 3), (0.0, 1 / 3)):
+        tokens = torch.stack([e1, e1, tiny * e1])[None] * scale
+        assert _mean_pairwise_cosine(tokens) == pytest.approx(expected, rel=1e-12), tiny

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from skipless.analysis.effective_rank import (EffectiveRankError, block_effective_ranks, effective_rank,
-                                              sample_covariance, spectral_entropy)
+from skipless.analysis.effective_rank import (EffectiveRankError, block_effective_ranks, covariance_eigenvalues,
+                                              effective_rank, sample_covariance, spectral_entropy)
 from skipless.errors import SkiplessError
 from skipless.models import create_vit
 
@@ -33,7 +33,40 @@ def test_identity_covariance_has_full_rank():
 
 def test_rank_one_features_have_rank_one():
     a, v = torch.randn(6, 1, dtype=torch.float64), torch.randn(1, 10, dtype=torch.float64)
-    assert effective_rank(a * v + 3.0) == pytest.approx(1.0, abs=1e-6)  # a per-sample offset is centred away
+    assert effective_rank(a * v + 3.0) == pytest.approx(1.0, abs=1e-12)  # a per-sample offset is centred away
+
+
+def centred_with_singular_values(s, c=40, seed=0):
+    """(len(s), c) float64 features U diag(s) W^T whose rows have zero mean (W orthogonal to the ones)."""
+    rng = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(rng.standard_normal((len(s), len(s))))
+    w = rng.standard_normal((c, len(s)))
+    w, _ = np.linalg.qr(w - w.mean(axis=0))
+    return torch.from_numpy((u * np.asarray(s)) @ w.T)
+
+
+@pytest.mark.parametrize("s_min", [1e-40, 1e-20, 1e-16])
+def test_eigenvalues_below_the_rule_are_exactly_zero(s_min):
+    """s_min <= s_max * max(N, C) * eps: zero whatever the SVD returns for it (s_min or rounding noise)."""
+    eig = covariance_eigenvalues(centred_with_singular_values([2.0, 1.0, s_min]))
+    assert eig[2].item() == 0.0
+    assert eig[:2].numpy() == pytest.approx(np.array([4.0, 1.0]) / 39, rel=1e-12)
+    assert effective_rank(centred_with_singular_values([2.0, 1.0, s_min])) == pytest.approx(
+        math.exp(spectral_entropy(torch.tensor([4.0, 1.0]))), rel=1e-12)
+
+
+def test_an_eigenvalue_above_the_rule_is_kept():
+    s_min = 2.0 * 40 * np.finfo(np.float64).eps * 100  # a hundred times the threshold
+    eig = covariance_eigenvalues(centred_with_singular_values([2.0, 1.0, s_min]))
+    assert eig[2].item() == pytest.approx(s_min ** 2 / 39, rel=1e-2)
+
+
+@pytest.mark.parametrize("constants", [(0.0, 0.0, 0.0), (0.1, 1 / 3, 0.7), (1e-30, -5.0, 1e20)])
+def test_features_constant_per_sample_have_rank_zero(constants):
+    """Centring leaves nothing but (kernel-dependent) rounding: the covariance is numerically zero."""
+    f = torch.tensor(constants, dtype=torch.float64)[:, None].expand(3, 7)
+    assert covariance_eigenvalues(f).tolist() == [0.0, 0.0, 0.0]
+    assert effective_rank(f) == 0.0
 
 
 def test_hand_computed_two_value_spectrum():

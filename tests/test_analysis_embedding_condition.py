@@ -39,11 +39,20 @@ def hooked_intermediates(model, images):
 
 
 def numpy_mean_log_kappa(batch):
+    """Mean ln kappa, inf for a matrix numpy's matrix_rank (its default tolerance) calls rank-deficient."""
     logs = []
     for a in batch:
         s = np.linalg.svd(a, compute_uv=False)
-        logs.append(np.inf if s.min() == 0 else np.log(s.max() / s.min()))  # an all-zero matrix too
+        logs.append(np.inf if np.linalg.matrix_rank(a) < min(a.shape) else np.log(s.max() / s.min()))
     return float(np.mean(logs))
+
+
+def with_singular_values(s, n=6, d=30, seed=0):
+    """A (1, n, d) float64 matrix U diag(s) V^T, U and V with orthonormal columns (numpy QR)."""
+    rng = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(rng.standard_normal((n, len(s))))
+    v, _ = np.linalg.qr(rng.standard_normal((d, len(s))))
+    return torch.from_numpy((u * np.asarray(s)) @ v.T)[None]
 
 
 @pytest.mark.parametrize("residual", ["skip", "skipless", "decayed"])
@@ -91,6 +100,32 @@ def test_log_condition_numbers_of_known_matrices():
     rank_one = torch.ones(1, 4, 6)
     assert float(log_condition_numbers(rank_one)) == np.inf
     assert float(log_condition_numbers(torch.zeros(1, 4, 6))) == np.inf
+
+
+THRESHOLD = 30 * np.finfo(np.float64).eps  # s_max * max(n, d) * eps for s_max = 1, n = 6, d = 30
+
+
+@pytest.mark.parametrize("s_min", [1e-40, 1e-20, THRESHOLD / 10])
+def test_a_singular_value_below_the_rule_is_zero_whatever_the_kernel_returns(s_min):
+    """The matrix's smallest singular value is s_min in exact arithmetic; whatever the SVD returns for it
+    (s_min, or rounding noise of the construction, both far below the threshold) it is numerically zero."""
+    tokens = with_singular_values([1.0, 0.8, 0.5, 0.3, 0.2, s_min])
+    assert np.linalg.matrix_rank(tokens[0].numpy()) == 5  # numpy agrees it is rank-deficient
+    assert float(log_condition_numbers(tokens)) == np.inf
+
+
+@pytest.mark.parametrize("s_min", [THRESHOLD * 100, 1e-3])
+def test_a_singular_value_above_the_rule_stays_finite(s_min):
+    tokens = with_singular_values([1.0, 0.8, 0.5, 0.3, 0.2, s_min])
+    assert float(log_condition_numbers(tokens)) == pytest.approx(-np.log(s_min), abs=1e-2)
+
+
+def test_what_a_kernel_leaves_for_exact_zeros_is_zero(monkeypatch):
+    """MKL's AVX512 SVD of the all-ones 4 x 6 matrix: sqrt(24), then 6.7e-47 and 1.9e-78 where other
+    kernels return exactly 0 (ln kappa 180.6 when decided by log(0))."""
+    returned = torch.tensor([[24 ** 0.5, 6.7e-47, 1.9e-78, 1.9e-78]], dtype=torch.float64)
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda a: returned)
+    assert float(log_condition_numbers(torch.ones(1, 4, 6))) == np.inf
 
 
 def test_unknown_block_is_a_user_error():

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from skipless.analysis.condition_number import (
-    NUMERICALLY_ZERO, OVERFLOW, Condition, DenseMatrixError, dense_condition, operator_condition,
+    NUMERICALLY_ZERO, OVERFLOW, Condition, DenseMatrixError, dense_condition, numerically_zero, operator_condition,
+    svd_condition,
 )
 from skipless.analysis.lanczos import LanczosArgumentError, extreme_eigenvalues
 from skipless.errors import SkiplessError
@@ -113,3 +114,23 @@ def test_bad_arguments_are_one_sentence():
         with pytest.raises(LanczosArgumentError) as err:
             extreme_eigenvalues(lambda v: v, **kwargs)
         assert isinstance(err.value, SkiplessError) and "must be" in str(err.value)
+
+
+def test_numerically_zero_is_numpys_matrix_rank_tolerance():
+    eps = np.finfo(np.float64).eps
+    s = torch.tensor([[4.0, 1.0, 4.0 * 7 * eps, 4.0 * 7 * eps * 1.01, 0.0],
+                      [0.0, 0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)  # singular values of 5 x 7 matrices
+    assert numerically_zero(s, 5, 7).tolist() == [[False, False, True, False, True], [True] * 5]
+    assert numerically_zero(s, 7, 5).tolist() == numerically_zero(s, 5, 7).tolist()  # max(m, n)
+    assert numerically_zero(s.float(), 5, 7)[0].tolist() == [False, False, True, True, True]  # eps of float32
+    for row in range(2):  # numpy's own rank of a matrix with these singular values
+        m = np.zeros((5, 7))
+        m[range(5), range(5)] = s[row].numpy()
+        assert np.linalg.matrix_rank(m) == 5 - int(numerically_zero(s, 5, 7)[row].sum())
+
+
+def test_svd_condition_is_the_ratio_or_infinite_by_the_rule():
+    eps = np.finfo(np.float64).eps
+    s = torch.tensor([[2.0, 0.5], [1.0, 0.0], [0.0, 0.0], [1.0, 3 * eps], [1.0, 300 * eps]], dtype=torch.float64)
+    kappa = svd_condition(s, 2, 3).tolist()
+    assert kappa[:4] == [4.0, math.inf, math.inf, math.inf] and kappa[4] == pytest.approx(1 / (300 * eps))

@@ -45,11 +45,77 @@ def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
     for r in rows:
         assert r["batch"] == 4 and r["image_px"] == 32 and r["step_s"] > 0
         assert r["images_per_s"] == pytest.approx(4 / r["step_s"])
-        assert r["backbone_tflops_per_s"] > 0 and r["mfu"] is None  # no GPU peak on a CPU
+        assert r["model_tflops_per_s"] == pytest.approx(r["gflop_per_image"] * 4 / r["step_s"] / 1e3)
+        assert r["gflop_per_image"] > 0 and r["mfu"] is None and r["peak_tflops"] is None  # no GPU peak on a CPU
     assert by[("skip", "soap")]["soap_over_adamw"] == pytest.approx(by[("skip", "soap")]["step_s"]
                                                                      / by[("skip", "adamw")]["step_s"])
     assert by[("skip", "adamw")]["skipless_over_skip"] == pytest.approx(by[("skipless", "adamw")]["step_s"]
                                                                         / by[("skip", "adamw")]["step_s"])
+
+
+# ---- FLOPs and the GPU peak (bench/flops.py) ------------------------------------------------------------------
+def analytic_vit_forward(image: int, patch: int, d: int, depth: int) -> int:
+    """Matrix-product FLOPs of a ViT forward on one image, written from the architecture (CLS token,
+    MLP ratio 4): patch embedding, then per block qkv, scores, attention x values, projection, MLP."""
+    patches = (image // patch) ** 2
+    n = patches + 1
+    block = 2 * n * d * 3 * d + 2 * n * n * d + 2 * n * n * d + 2 * n * d * d + 2 * 2 * n * d * 4 * d
+    return 2 * patches * 3 * patch * patch * d + depth * block
+
+
+def test_forward_flops_count_the_attention_products_as_the_analytic_vit_count():
+    from bench.flops import forward_flops
+
+    model = create_vit("vit_tiny", residual="skip", depth=2, img_size=32, patch_size=8)
+    assert forward_flops(model, torch.zeros(1, 3, 32, 32)) == analytic_vit_forward(32, 8, 192, 2)
+    assert model.training and not any(getattr(m, "explicit", False) for m in model.modules())  # restored
+
+
+def test_dino_step_flops_are_three_student_forwards_and_a_teacher_forward_heads_included():
+    from bench.flops import dino_step_flops
+    from skipless.config import load_config
+
+    cfg = load_config("pretrain", ["model=skipless", "model.arch=vit_tiny", "model.depth=1", "dino.global_crop_size=32",
+                                   "dino.local_crop_size=16", "dino.local_crops_number=2", "dino.out_dim=64",
+                                   "dino.hidden_dim=32", "dino.bottleneck_dim=16"])
+    d, h, b, out = 192, 32, 16, 64
+    head = 2 * (d * h + h * h + h * b + b * out)  # MLP to the bottleneck, then the last layer, per crop
+    big, small = analytic_vit_forward(32, 16, d, 1), analytic_vit_forward(16, 16, d, 1)
+    student, teacher = 2 * big + 2 * small + 4 * head, 2 * big + 2 * head
+    assert dino_step_flops(cfg) == 3 * student + teacher
+
+
+def test_supervised_step_flops_are_three_forwards_of_backbone_and_classifier():
+    from bench.flops import supervised_step_flops
+    from skipless.config import load_config
+
+    cfg = load_config("train", ["model=skip", "model.arch=vit_tiny", "model.depth=1", "aug.image_size=32"])
+    assert supervised_step_flops(cfg, 10) == 3 * (analytic_vit_forward(32, 16, 192, 1) + 2 * 192 * 10)
+
+
+@pytest.mark.parametrize("name,peak", [
+    ("NVIDIA H100 80GB HBM3", 989.5), ("NVIDIA H100 SXM5 80GB", 989.5), ("NVIDIA H100 PCIe", 756.5),
+    ("NVIDIA H100 NVL", 835.5), ("NVIDIA H200", 989.5), ("NVIDIA H200 NVL", 835.5), ("NVIDIA GH200 480GB", 989.5),
+    ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0),
+    ("NVIDIA GeForce RTX 4090", None), ("NVIDIA H100", None), ("Tesla V100-SXM2-16GB", None)])
+def test_the_gpu_peak_is_chosen_by_the_device_name(monkeypatch, name, peak):
+    from bench.flops import gpu_peak, mfu_note, utilisation
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert gpu_peak() == (name, peak)
+    row = utilisation(int(2e12), batch=4, step_s=0.5)  # 16 TFLOP/s
+    assert row["model_tflops_per_s"] == pytest.approx(16.0) and row["peak_tflops"] == peak
+    assert row["mfu"] == (None if peak is None else pytest.approx(16.0 / peak))
+    note = mfu_note()
+    assert name in note and (("not known" in note) if peak is None else (f"{peak:g}" in note))
+
+
+def test_no_mfu_on_a_cpu(monkeypatch):
+    from bench.flops import gpu_peak, mfu_note
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu_peak() == (None, None) and "CPU" in mfu_note()
 
 
 def test_variants_bench_times_each_variant_against_softmax_and_the_graying_alone():
@@ -193,7 +259,7 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
     monkeypatch.setattr(DINO, "training_step", lambda self, *a: ours_calls.append(1) or step(self, *a))
     utils_before = sys.modules.get("utils")
     rows, text = section_official(str(repo), configs=[("skip", "adamw")], size=sizes(**TINY), steps=2, warmup=1,
-                                  compiled=(False,))
+                                  compiled=(False,), precisions=("32-true",))
 
     calls = log.read_text().splitlines()
     assert calls.count("loss") == 3 and calls.count("clip_gradients") == 3  # warm-up + 2 official steps
@@ -204,7 +270,7 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
     (row,) = rows
     assert set(COLUMNS) <= set(row)
     assert row["model"] == "skip" and row["optim"] == "adamw" and row["batch"] == 2 and row["crops"] == "2x32 + 2x16"
-    assert row["compile"] is False
+    assert row["compile"] is False and row["precision"] == row["official_precision"] == "32-true"
     assert row["official_steps"] == 2 and row["ours_steps"] == 2
     assert row["official_step_s"] > 0 and row["ours_step_s"] > 0
     assert row["official_over_ours"] == pytest.approx(row["official_step_s"] / row["ours_step_s"])
@@ -213,6 +279,25 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
     assert sys.modules.get("utils") is utils_before and "main_dino" not in sys.modules  # DINO's names let go
     import torch.distributed as dist
     assert not dist.is_initialized()  # the section's world-size-1 group is closed again
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_official_section_adds_our_bf16_row_where_the_cpu_has_native_bf16(tmp_path, monkeypatch, native_bf16):
+    import bench.side_by_side as side
+    from skipless.ssl.dino_module import DINO
+
+    monkeypatch.setattr(side, "cpu_has_native_bf16", lambda: native_bf16)
+    ran_in = []
+    step = DINO.training_step
+    monkeypatch.setattr(DINO, "training_step", lambda self, *a: ran_in.append(self.trainer.precision) or step(self, *a))
+    rows, text = side.section_official(str(fake_dino(tmp_path / "dino", tmp_path / "calls.log")),
+                                       configs=[("skip", "adamw")], size=side.sizes(**TINY), steps=1, warmup=1,
+                                       compiled=(False,))
+    expected = ["32-true", "bf16-mixed"] if native_bf16 else ["32-true"]
+    assert [r["precision"] for r in rows] == expected and all(r["official_precision"] == "32-true" for r in rows)
+    assert ran_in == [p for p in expected for _ in range(2)]  # our side really trained in that precision
+    assert "no CPU bf16 path" in text
+    assert ("no native bf16" in text.splitlines()[-1]) is not native_bf16
 
 
 def test_optimizer_bench_times_every_implementation_of_both_optimizers():

@@ -89,6 +89,20 @@ def test_proposition_1_cutskip_attention_is_near_identity_and_well_conditioned()
     assert cut["median_condition"] * 100 < plain["median_condition"]
 
 
+def test_uniform_attention_is_singular_by_the_rule_whatever_the_kernel_returns(monkeypatch):
+    """Zero queries and keys: each head's attention is ones / N, of rank one; its other singular values
+    are 0 or rounding noise depending on the SVD kernel (both tried), and numerically zero either way."""
+    model = create_vit("vit_small", residual="skipless", init="timm", depth=1)
+    with torch.no_grad():
+        model.blocks[0].attn.qkv.weight[: 2 * 384] = 0
+        model.blocks[0].attn.qkv.bias[: 2 * 384] = 0
+    r = attention_condition_numbers(model, gaussian_tokens(17, 384))
+    assert r["per_head_condition"] == [math.inf] * 6 and r["mean_diagonal"] == pytest.approx(1 / 17)
+    svdvals = torch.linalg.svdvals
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda a: svdvals(a).clamp_min(1e-78))  # what MKL's AVX512 path leaves
+    assert attention_condition_numbers(model, gaussian_tokens(17, 384))["per_head_condition"] == [math.inf] * 6
+
+
 def test_gelu_mean_closed_form_matches_monte_carlo():
     from skipless.models.init import gelu_mean
     gen = torch.Generator().manual_seed(0)

@@ -4,7 +4,8 @@ Gaussian tokens pass through a block's first LayerNorm; we form each head's atte
 ``softmax(X W^Q_h (X W^K_h)^T / sqrt(d_h))`` and report its 2-norm condition number and the mean
 weight on the diagonal. The paper's Appendix A.4.1 shows kappa ~ 1.1 (diagonal-dominant logits)
 versus ~ 730 (diffuse logits) on a 10 x 10 example; ``python -m skipless.analysis.attention_conditioning``
-measures it on our ViT-S with 197 tokens.
+measures it on our ViT-S with 197 tokens. A head whose smallest singular value is numerically zero
+(``condition_number.numerically_zero``: ``s_min <= s_max * N * eps(float64)``) has ``kappa = inf``.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import json
 
 import torch
 from torch import nn
+
+from .condition_number import svd_condition
 
 
 def gaussian_tokens(n: int, d: int, seed: int = 0) -> torch.Tensor:
@@ -33,8 +36,7 @@ def attention_condition_numbers(model: nn.Module, tokens: torch.Tensor, block: i
     qkv = attn.qkv(x).reshape(B, N, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4)
     q, k = qkv[0][0].double(), qkv[1][0].double()
     a = torch.softmax(q @ k.transpose(-2, -1) * attn.scale, dim=-1)  # (heads, N, N)
-    s = torch.linalg.svdvals(a)
-    kappa = (s[:, 0] / s[:, -1]).tolist()
+    kappa = svd_condition(torch.linalg.svdvals(a), N, N).tolist()
     return {
         "per_head_condition": kappa,
         "median_condition": float(torch.tensor(kappa).median()),

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..models.features import extract_features
+from .condition_number import zero_threshold
 from .eval_mode import measuring
 
 __all__ = ["attention_signals", "gradient_norms", "parameter_snapshot", "update_ratios"]
@@ -31,12 +32,15 @@ def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[
 
     - ``attention_entropy``: mean over images, heads and query tokens of the entropy (nats) of
       the attention row; ln n for uniform attention over n tokens, 0 for one-hot rows; only where
-      the rows are distributions (softmax): linear attention's and OSA's rows have negative
-      entries, and the entry is left out;
+      the rows are distributions, no entry below 0 and every row summing to 1 within 1e-4 (an
+      absolute tolerance, far above float32 rounding of a softmax row): linear attention's and OSA's
+      rows have negative entries, and the entry is left out;
     - ``attention_diagonal``: mean weight a token puts on itself; 1/n for uniform attention;
     - ``token_cosine``: mean cosine similarity between distinct patch tokens of the block output
       (prefix tokens dropped), averaged over images; 1 when the tokens have collapsed onto one
-      direction.
+      direction. A token whose norm is numerically zero, ``<= d * eps(float64)`` times the largest
+      token norm of its image (``condition_number.zero_threshold``), has no direction: its cosine
+      with every token is 0 (it still counts in the mean over pairs).
     Also ``tokens``: n, so that the uniform values can be read off.
     """
     prefix = int(getattr(model, "num_prefix_tokens", 1))
@@ -55,8 +59,11 @@ def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[
 
 
 def _mean_pairwise_cosine(tokens: torch.Tensor) -> float:
-    """Mean cosine over pairs i != j of the (B, m, C) tokens, averaged over the batch."""
-    u = torch.nn.functional.normalize(tokens, dim=-1)
+    """Mean cosine over pairs i != j of the (B, m, C) tokens, averaged over the batch; numerically zero
+    tokens (see ``attention_signals``) are zero vectors here."""
+    norms = torch.linalg.vector_norm(tokens, dim=-1, keepdim=True)
+    zero = norms <= norms.amax(dim=1, keepdim=True) * zero_threshold(tokens.shape[-1], tokens.dtype)
+    u = torch.where(zero, 0.0, tokens / torch.where(zero, 1.0, norms))
     m = u.shape[1]
     total = u.sum(dim=1).square().sum(-1)          # sum over all (i, j) pairs, diagonal included
     diag = u.square().sum((-2, -1))                # m, or fewer for zero tokens
@@ -90,7 +97,10 @@ def parameter_snapshot(model: nn.Module) -> dict[int, list[torch.Tensor]]:
 def update_ratios(model: nn.Module, snapshot: dict[int, list[torch.Tensor]]) -> dict[int, float]:
     """||theta_now - theta_snapshot|| / ||theta_snapshot|| per block (L2 over all its parameters).
 
-    A block whose snapshot norm is zero gives ``inf`` if it moved and 0 if not.
+    A block whose snapshot norm is exactly zero gives ``inf`` if it moved at all and 0 if not. Exact
+    comparisons, and no tolerance, on purpose: these float64 norms are sums of squares, which cannot
+    cancel, so they are 0 only when every entry is 0 whatever kernel summed them (and the squares of
+    float32 or bf16 entries cannot underflow in float64).
     """
     result = {}
     for i, params in enumerate(_block_parameters(model)):

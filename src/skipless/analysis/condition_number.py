@@ -16,6 +16,15 @@ So a result is a number *or* infinity with a reason, and the reason is one of th
   in float32 with ``dim = 75 648`` (one 224 px image on ViT-S) it is ``9e-3 * lambda_max``, so any
   ``kappa`` above about 110 reads ∞ there; float64 (the default) resolves up to about ``6e10``.
 
+The same rule decides every "numerically zero" of the analysis (``numerically_zero``: a singular
+value ``s <= s_max * max(m, n) * eps`` of an ``m x n`` matrix, in the dtype it was computed in), so an
+infinity depends on the values and never on which LAPACK/BLAS kernel produced them: MKL's AVX512
+path returns 6.7e-47 and 1.9e-78 for the exact zeros of a rank-one 4 x 6 matrix where other kernels
+return 0, and both are far below the threshold. ``svd_condition`` is the 2-norm ``kappa`` of a
+(batch of) matrices under that rule; the embeddings (``embedding_condition.py``), the attention
+matrices at init (``attention_conditioning.py``), the effective rank and the token cosines of
+``block_signals.py`` use it.
+
 Otherwise ``value = largest / smallest``. If Lanczos stopped at ``max_iter`` before both ends met
 their tolerance, the largest Ritz value under-estimates ``lambda_max`` and the smallest over-estimates
 ``lambda_min``, so the value is a *lower bound* on ``kappa``; ``converged`` is False and ``short()``
@@ -35,7 +44,8 @@ from .lanczos import Spectrum, extreme_eigenvalues
 
 __all__ = [
     "Condition", "DenseMatrixError", "DIVERGED", "OVERFLOW", "NUMERICALLY_ZERO",
-    "json_number", "zero_threshold", "condition_from_spectrum", "operator_condition", "dense_condition", "infinite_condition",
+    "json_number", "zero_threshold", "numerically_zero", "svd_condition", "condition_from_spectrum",
+    "operator_condition", "dense_condition", "infinite_condition",
 ]
 
 DIVERGED = "non-finite weights (the model diverged)"
@@ -51,6 +61,26 @@ def zero_threshold(dim: int, dtype: torch.dtype) -> float:
     """The relative size ``dim * eps(dtype)`` below which an eigenvalue is numerically zero (numpy's
     ``matrix_rank`` convention)."""
     return dim * float(torch.finfo(dtype).eps)
+
+
+def numerically_zero(singular_values: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Which singular values of a ``rows x cols`` matrix are numerically zero (a boolean mask).
+
+    ``s <= s_max * max(rows, cols) * eps``, eps of the values' dtype, ``s_max`` the largest value of
+    each matrix of a batch (the last dimension holds one matrix's values): numpy's ``matrix_rank``
+    tolerance. Every value of an all-zero matrix is zero (``0 <= 0``).
+    """
+    s_max = singular_values.amax(dim=-1, keepdim=True)
+    return singular_values <= s_max * zero_threshold(max(rows, cols), singular_values.dtype)
+
+
+def svd_condition(singular_values: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """The 2-norm condition number ``s_max / s_min`` of each ``rows x cols`` matrix of a batch from its
+    singular values (last dimension, descending as ``torch.linalg.svdvals`` gives them); ``inf`` where
+    ``s_min`` is numerically zero (``numerically_zero``). Finite values are below ``1 / (max(rows, cols) * eps)``."""
+    singular = numerically_zero(singular_values, rows, cols)[..., -1]
+    kappa = singular_values[..., 0] / singular_values[..., -1]
+    return torch.where(singular, math.inf, kappa)
 
 
 def json_number(x: float) -> float | str:

@@ -21,6 +21,14 @@ The variant pinned here:
   entropy ``rho`` itself, without the exponential; ``spectral_entropy`` gives it, and
   ``effective_rank = exp(spectral_entropy)``: the two order models identically.
 - Natural logarithms; ``0 log 0 = 0``; float64.
+- Numerically zero, by explicit rules (``condition_number.numerically_zero``, numpy's
+  ``matrix_rank`` tolerance) rather than by whatever the SVD kernel returns: the covariance's
+  eigenvalues are the squared singular values of the centred ``F_c`` (over ``C - 1``), and one whose
+  singular value is ``<= s_max * max(N, C) * eps`` is exactly 0 (it then adds nothing to the entropy).
+  The centred features as a whole are numerically zero when their largest singular value is
+  ``<= max(N, C) * eps`` times that of the uncentred features: every sample's features were constant
+  and centring left rounding only. Their covariance has rank 0 and ``effective_rank`` returns 0, not
+  the entropy of rounding noise nor the NaN of 0 / 0.
 
 ``block_effective_ranks`` applies it per block to the class tokens (the paper's choice) and, since
 the skipless backbones are evaluated on dense features too, to the mean patch token of each image.
@@ -35,23 +43,42 @@ from torch import nn
 
 from ..errors import SkiplessError
 from ..models.features import extract_features, resolve_layers
+from .condition_number import numerically_zero, zero_threshold
 from .eval_mode import measuring
 
-__all__ = ["EffectiveRankError", "sample_covariance", "spectral_entropy", "effective_rank", "block_effective_ranks"]
+__all__ = ["EffectiveRankError", "sample_covariance", "covariance_eigenvalues", "spectral_entropy", "effective_rank",
+           "block_effective_ranks"]
 
 
 class EffectiveRankError(SkiplessError, ValueError):
     """Features an effective rank cannot be computed from (fewer than two samples)."""
 
 
-def sample_covariance(features: torch.Tensor) -> torch.Tensor:
-    """The N x N covariance A[i, j] = cov(f_i, f_j) of the rows of an (N, C) matrix, float64 (``numpy.cov``)."""
+def _centred(features: torch.Tensor) -> torch.Tensor:
+    """``F_c``: each sample (row) of an (N, C) matrix centred on its own mean, float64."""
     if features.ndim != 2 or features.shape[0] < 2 or features.shape[1] < 2:
         raise EffectiveRankError(f"effective rank needs an (N, C) feature matrix with N >= 2 samples and C >= 2 "
                                  f"features, got shape {tuple(features.shape)}")
     f = features.detach().double()
-    f = f - f.mean(dim=1, keepdim=True)
+    return f - f.mean(dim=1, keepdim=True)
+
+
+def sample_covariance(features: torch.Tensor) -> torch.Tensor:
+    """The N x N covariance A[i, j] = cov(f_i, f_j) of the rows of an (N, C) matrix, float64 (``numpy.cov``)."""
+    f = _centred(features)
     return f @ f.T / (f.shape[1] - 1)
+
+
+def covariance_eigenvalues(features: torch.Tensor) -> torch.Tensor:
+    """The eigenvalues of ``sample_covariance(features)``, descending, those numerically zero set to
+    exactly 0, all of them when the centred features are numerically zero (the module's rules)."""
+    f = _centred(features)
+    rows, cols = f.shape
+    s = torch.linalg.svdvals(f)
+    scale = torch.linalg.matrix_norm(features.detach().double(), ord=2)
+    if bool(s[0] <= scale * zero_threshold(max(rows, cols), s.dtype)):
+        return torch.zeros_like(s)
+    return torch.where(numerically_zero(s, rows, cols), 0.0, s * s / (cols - 1))
 
 
 def spectral_entropy(singular_values: torch.Tensor) -> float:
@@ -62,8 +89,10 @@ def spectral_entropy(singular_values: torch.Tensor) -> float:
 
 
 def effective_rank(features: torch.Tensor) -> float:
-    """Roy & Vetterli's exp(rho) of the sample covariance of an (N, C) feature matrix, in [1, N]."""
-    return math.exp(spectral_entropy(torch.linalg.svdvals(sample_covariance(features))))
+    """Roy & Vetterli's exp(rho) of the sample covariance of an (N, C) feature matrix, in [1, N]; 0 when
+    the covariance is numerically zero (see the module docstring)."""
+    eigenvalues = covariance_eigenvalues(features)
+    return math.exp(spectral_entropy(eigenvalues)) if bool(eigenvalues[0] > 0) else 0.0
 
 
 def block_effective_ranks(model: nn.Module, images: torch.Tensor,

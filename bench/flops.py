@@ -1,0 +1,113 @@
+"""Model FLOPs of a training step and the GPU's peak, for the bench's TFLOP/s and model FLOP utilisation.
+
+What is counted. ``torch.utils.flop_counter.FlopCounterMode`` counts the matrix products and
+convolutions (2 FLOPs per multiply-add) of one forward pass, in eval mode, on the CPU. Attention
+runs on the explicit path (``use_explicit_attention``): the counter has no formula for the fused
+CPU SDPA kernel, so with it the ``Q K^T`` and ``A V`` products were missing (ViT-S at the paper's
+DINO sizes: 115.6 against 122.1 GFLOP per image). Heads count (DINO's projection head on every
+crop, the supervised classifier); element-wise work (norms, softmax, GELU, the loss) does not, as in
+the usual MFU convention (Chowdhery et al., PaLM, Appendix B).
+
+Training is counted as 3 x forward: the backward pass is taken as twice the forward (one product
+for the input gradient, one for the weight gradient, per forward product). DINO's teacher runs
+forward only, on the two global crops. The step's FLOPs per image are therefore
+
+    DINO:        3 * student(2 globals + n locals, heads included) + teacher(2 globals, head included)
+    supervised:  3 * (backbone + linear head)
+
+Peaks. MFU divides the achieved rate by the dense bf16 tensor-core peak of the GPU, chosen by its
+name (``torch.cuda.get_device_name``); an unknown name gives no MFU, and the bench prints the name.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from skipless.models.attention import use_explicit_attention
+from skipless.pretrain import backbone_factory
+from skipless.ssl.dino_module import DINO
+from skipless.supervised.classifier import Supervised
+
+# Dense bf16 tensor-core peaks in TFLOP/s, half the "with sparsity" figure of the vendor datasheets:
+# NVIDIA H100 Tensor Core GPU datasheet: BF16 1,979 (H100 SXM), 1,671 (H100 NVL), 1,513 (H100 PCIe);
+# NVIDIA H200 Tensor Core GPU datasheet: 1,979 (H200 SXM), 1,671 (H200 NVL); NVIDIA GH200 Grace
+# Hopper Superchip datasheet: 1,979; NVIDIA A100 Tensor Core GPU datasheet: BF16 312 dense (every
+# A100, PCIe and SXM). The first pattern found in the device name (case ignored) wins, so the
+# specific names come before the general ones: the H100 SXM reports itself as "NVIDIA H100 80GB HBM3".
+PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 NVL", 835.5),
+    ("H100 PCIe", 756.5),
+    ("H100 SXM", 989.5),
+    ("H100 80GB HBM3", 989.5),
+    ("GH200", 989.5),
+    ("H200 NVL", 835.5),
+    ("H200", 989.5),
+    ("A100", 312.0),
+)
+
+
+def peak_bf16_tflops(name: str) -> float | None:
+    """The dense bf16 peak of the GPU called ``name`` (``PEAK_BF16_TFLOPS``), None when not known."""
+    lowered = name.lower()
+    return next((peak for pattern, peak in PEAK_BF16_TFLOPS if pattern.lower() in lowered), None)
+
+
+def gpu_peak() -> tuple[str | None, float | None]:
+    """(this machine's GPU name, its dense bf16 peak); (None, None) without a GPU."""
+    if not torch.cuda.is_available():
+        return None, None
+    name = torch.cuda.get_device_name(0)
+    return name, peak_bf16_tflops(name)
+
+
+def mfu_note() -> str:
+    """One line saying what the ``mfu`` column is divided by, or why it is empty."""
+    name, peak = gpu_peak()
+    if name is None:
+        return "mfu: none on a CPU (no peak to divide by)."
+    if peak is None:
+        return (f"mfu: none, the bf16 peak of {name!r} is not known (bench/flops.py PEAK_BF16_TFLOPS lists "
+                "the GPUs it knows).")
+    return f"mfu: against {peak:g} TFLOP/s, the dense bf16 peak of {name!r} (vendor datasheet, bench/flops.py)."
+
+
+def utilisation(flops_per_image: int, batch: int, step_s: float) -> dict:
+    """A bench row's ``gflop_per_image``, ``model_tflops_per_s``, ``peak_tflops`` and ``mfu`` (None
+    where the peak is not known: ``mfu_note`` says why)."""
+    tflops = flops_per_image * batch / step_s / 1e12
+    peak = gpu_peak()[1]
+    return {"gflop_per_image": flops_per_image / 1e9, "model_tflops_per_s": tflops, "peak_tflops": peak,
+            "mfu": tflops / peak if peak else None}
+
+
+def forward_flops(module: nn.Module, *inputs) -> int:
+    """Matrix-product FLOPs of ``module(*inputs)`` in eval mode with explicit attention, no gradients;
+    the module's mode and attention path are restored."""
+    was_training = module.training
+    module.eval()
+    try:
+        with use_explicit_attention(module), torch.no_grad(), FlopCounterMode(display=False) as counter:
+            module(*inputs)
+    finally:
+        module.train(was_training)
+    return counter.get_total_flops()
+
+
+def dino_step_flops(cfg: DictConfig) -> int:
+    """Training FLOPs per image of a DINO step of ``cfg`` (see the module docstring), heads included."""
+    d = cfg.dino
+    module = DINO(cfg, partial(backbone_factory, cfg))
+    g, loc = int(d.global_crop_size), int(d.local_crop_size)
+    crops = [torch.zeros(1, 3, g, g) for _ in range(2)] + [torch.zeros(1, 3, loc, loc)
+                                                          for _ in range(int(d.local_crops_number))]
+    return 3 * forward_flops(module.student, crops) + forward_flops(module.teacher, crops[:2])
+
+
+def supervised_step_flops(cfg: DictConfig, num_classes: int) -> int:
+    """Training FLOPs per image of a supervised step of ``cfg``: 3 x (backbone + linear head)."""
+    size = int(cfg.aug.image_size)
+    return 3 * forward_flops(Supervised(cfg, num_classes), torch.zeros(1, 3, size, size))
