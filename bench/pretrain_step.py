@@ -24,6 +24,7 @@ from skipless.config import load_config
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino_module import DINO
 from skipless.ssl.multicrop import collate_multicrop
+from skipless.training.precision import plugin_for
 
 from .flops import dino_step_flops, utilisation
 
@@ -118,8 +119,8 @@ def memory_mb() -> float:
 def bench_trainer(timer: StepTimer) -> pl.Trainer:
     """One epoch on one device, bf16-mixed on a GPU and fp32 on a CPU, nothing written."""
     gpu = torch.cuda.is_available()
-    return pl.Trainer(accelerator="gpu" if gpu else "cpu", devices=1, precision="bf16-mixed" if gpu else "32-true",
-                      max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+    return pl.Trainer(accelerator="gpu" if gpu else "cpu", devices=1,
+                      plugins=[plugin_for("bf16-mixed", "cuda") if gpu else plugin_for("32-true", "cpu")], max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                       enable_model_summary=False, callbacks=[timer])
 
 

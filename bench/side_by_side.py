@@ -60,7 +60,7 @@ from skipless.models.vit import ARCHS
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino_module import DINO
 from skipless.ssl.multicrop import collate_multicrop
-from skipless.training.trainer import cpu_has_native_bf16
+from skipless.training.precision import cpu_has_native_bf16, plugin_for
 
 from .table import markdown_table
 
@@ -257,7 +257,7 @@ def median(xs: list[float]) -> float:
 
 def cpu_trainer(callbacks: list[pl.Callback], precision: str = "32-true") -> pl.Trainer:
     """One epoch on the CPU in ``precision``, nothing written."""
-    return pl.Trainer(accelerator="cpu", devices=1, precision=precision, max_epochs=1, logger=False,
+    return pl.Trainer(accelerator="cpu", devices=1, plugins=[plugin_for(precision, "cpu")], max_epochs=1, logger=False,
                       enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                       callbacks=callbacks)
 

@@ -151,18 +151,22 @@ def describe_precision(cfg: DictConfig) -> str:
     return "{} ({})".format(*choose_precision(cfg))
 
 
+def plugin_for(precision: str, device: str) -> Precision:
+    """Lightning's precision plugin for ``precision`` on ``device`` (cpu | cuda | mps): the mixed modes as
+    ``StepOutsideAutocast``. For the bench's trainers too, so they time the step every run takes."""
+    if precision in MIXED:
+        return StepOutsideAutocast(precision, device)
+    if precision == "64-true":
+        return DoublePrecision()
+    if precision == "32-true":
+        return Precision()
+    raise ValueError(f"precision {precision} is not supported")  # the schemas refuse it first
+
+
 def precision_plugin(cfg: DictConfig) -> tuple[Precision, str]:
     """The Trainer's precision plugin for ``cfg``, and ``describe_precision``."""
     precision, why = choose_precision(cfg)
-    if precision in MIXED:
-        plugin: Precision = StepOutsideAutocast(precision, autocast_device(cfg))
-    elif precision == "64-true":
-        plugin = DoublePrecision()
-    elif precision == "32-true":
-        plugin = Precision()
-    else:  # the schemas refuse the others first
-        raise ValueError(f"precision {precision} is not supported")
-    return plugin, f"{precision} ({why})"
+    return plugin_for(precision, autocast_device(cfg)), f"{precision} ({why})"
 
 
 class LossScaleMonitor(pl.Callback):
