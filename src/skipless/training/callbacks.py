@@ -1,5 +1,6 @@
 """Callbacks of a pretraining run: the divergence guard, RNG state in checkpoints, epoch-end
-checkpoints, the teacher export, the k-NN monitor, the run summary (skipped images, final loss)."""
+checkpoints, the teacher export, the k-NN monitor, the run summary (skipped images, final loss,
+collapse)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from ..analysis.knn import knn_accuracy
 from ..atomic import atomic_write
 from ..models import create_vit, save_backbone
 from ..ssl.errors import DivergenceError
+from .collapse import CollapseMonitor
 from .divergence import divergence_message
 
 
@@ -146,7 +148,8 @@ def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:
 class RunSummary(pl.Callback):
     """Counts the unreadable images skipped (over every worker and rank), says so at each epoch end
     that skipped any and at the end of the run, and writes ``<run>/summary.json`` (atomically) when
-    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss.
+    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss, and
+    ``collapsed``: the reason the run's ``CollapseMonitor`` gave at its last check, or null.
 
     The count comes from the loader's ``SkipTally`` (``training/data.py``); each skipped file is also
     named once by a ``CorruptImageWarning`` where it happens.
@@ -194,6 +197,8 @@ class RunSummary(pl.Callback):
     def _write(self, trainer: pl.Trainer, status: str) -> None:
         summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,
                    "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self.final_loss}
+        monitor = next((c for c in trainer.callbacks if isinstance(c, CollapseMonitor)), None)
+        summary["collapsed"] = monitor.reason if monitor is not None else None
         last_val = getattr(trainer.lightning_module, "last_val", None)  # a supervised run's last validation
         if last_val:
             summary["val"] = last_val
