@@ -9,7 +9,9 @@ file's ``report``:
   table (``rows`` and ``columns`` name axes); each cell reads ``ours (paper, ours - paper)``, and the
   paper's table follows as it is printed. ``evaluation: runs`` reads the training runs' own
   ``summary.json`` (a supervised run's ``val.top1``: Table 1). A condition number that did not converge
-  is shown as the lower bound it is (``>= x``), an infinite one as ∞.
+  is shown as the lower bound it is (``>= x``), an infinite one as ∞. A cell whose training collapsed
+  (the run's ``summary.json`` says ``collapsed``) reads ``<number> collapsed``, with the reasons under
+  the table; so do the curves' best blocks and the histories' runs.
 - ``curve``: a value per block (``metric`` a ``{block: value}`` mapping, e.g. TokenCut's CorLoc),
   one line per cell in one figure (``figures/<item>.png``), and the best block of each line against
   the paper's.
@@ -44,12 +46,29 @@ def metric_of(data: Any, path: str) -> Any:
     return data
 
 
+def collapse_of(folder: Path, job: Job, runs: dict[str, Job]) -> str | None:
+    """Why the training behind ``job`` collapsed, from its ``summary.json`` (``collapsed``, written by the
+    run's collapse monitor, ``skipless/training/collapse.py``): the run's own, or for an evaluation its
+    training run's; None when it did not (or says nothing)."""
+    for run in [job] if job.kind == "run" else [runs[d] for d in job.depends if d in runs]:
+        try:
+            reason = json.loads((folder / run.run_dir / "summary.json").read_text()).get("collapsed")
+        except (OSError, json.JSONDecodeError, AttributeError):
+            continue
+        if reason:
+            return f"{run.name}: {reason}"
+    return None
+
+
 def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per evaluation cell: its labels, ``state`` (done, failed, blocked, pending, or
-    NOT_AT_SCALE), its result JSON when done, and the error that stopped it."""
+    NOT_AT_SCALE), its result JSON when done, the error that stopped it, and ``collapsed``: why its
+    training collapsed (``collapse_of``), or None."""
     records = []
+    runs = {j.name: j for j in jobs if j.kind == "run"}
     for job in jobs:
-        record = {"evaluation": job.evaluation if job.kind == "eval" else RUNS, "labels": job.labels, "job": job.name}
+        record = {"evaluation": job.evaluation if job.kind == "eval" else RUNS, "labels": job.labels, "job": job.name,
+                  "collapsed": collapse_of(folder, job, runs)}
         state = job_state(folder, job)
         if state == "done":
             files = result_files(folder, job) if job.kind == "eval" else [folder / job.run_dir / "summary.json"]
@@ -92,15 +111,24 @@ def _cell_text(record: dict[str, Any] | None, metric: str, paper: float | None) 
             record["state"], "not run yet")
     ours = metric_of(record["result"], metric)
     if ours == "inf" or ours == float("inf"):
-        return "∞" + ("" if paper is None else f" ({number(paper)})")
+        return "∞" + ("" if paper is None else f" ({number(paper)})") + collapsed_mark(record)
     if not isinstance(ours, (int, float)):
         return "missing"
     shown = _bound(record["result"], metric) + number(ours)
-    if paper is None:
-        return shown
-    if paper == float("inf"):
-        return f"{shown} (∞)"
-    return f"{shown} ({number(paper)}, {ours - paper:+.1f})"
+    if paper is not None:
+        shown += " (∞)" if paper == float("inf") else f" ({number(paper)}, {ours - paper:+.1f})"
+    return shown + collapsed_mark(record)
+
+
+def collapsed_mark(record: dict[str, Any] | None) -> str:
+    """`` collapsed`` after the number of a cell whose training collapsed (the reasons follow the table)."""
+    return " collapsed" if record and record.get("state") == "done" and record.get("collapsed") else ""
+
+
+def collapse_notes(records: list[dict[str, Any]]) -> str:
+    """The reason of each collapsed training among ``records``' cells, one line each, or ''."""
+    reasons = sorted({r["collapsed"] for r in records if collapsed_mark(r)})
+    return "".join(f"\n- collapsed: {reason}" for reason in reasons)
 
 
 def _epochs(records: list[dict[str, Any]], choice: Any) -> list[str]:
@@ -152,7 +180,8 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
         header = ["/".join(rows) or "", *("/".join(c) or metric for c in col_combos)]
         paper_epoch = f"; the paper's numbers are at epoch {ref['epoch']}" if "epoch" in ref else ""
         when = f"Epoch {epoch}{paper_epoch}. " if epoch is not None else ""
-        out.append(f"{when}Cells: ours (paper, ours - paper), {metric}.\n\n" + markdown_table(header, body))
+        out.append(f"{when}Cells: ours (paper, ours - paper), {metric}.\n\n" + markdown_table(header, body)
+                   + collapse_notes(at))
     if ref_rows:
         out.append("The paper's table:\n\n" + markdown_table(
             ["/".join(rows) or "", *ref_cols], [[k, *(number(v) for v in vals)] for k, vals in ref_rows.items()]))
@@ -188,7 +217,8 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
                 values = [per_block[b] for b in blocks]
                 ax.plot([int(b) for b in blocks], values, marker="o", label=f"{label} (epoch {epoch})")
                 best = max(range(len(values)), key=lambda i: values[i] if values[i] is not None else -1)
-                cell = (f"{values[best]:.1f}" + (f" ({paper:.1f}, {values[best] - paper:+.1f})" if paper is not None else ""))
+                cell = (f"{values[best]:.1f}" + (f" ({paper:.1f}, {values[best] - paper:+.1f})" if paper is not None else "")
+                        + collapsed_mark(found))
                 body.append([label, epoch, cell, blocks[best]])
             else:
                 body.append([label, epoch, _cell_text(found, metric, paper), "-"])
@@ -204,7 +234,7 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
     plt.close(fig)
     what = ref.get("what", f"best block of {metric}")
     return (f"![{ev}](figures/{figure.name})\n\n{what}: ours (paper, ours - paper).\n\n"
-            + markdown_table(["/".join(lines_axes), "epoch", "best", "block"], body))
+            + markdown_table(["/".join(lines_axes), "epoch", "best", "block"], body) + collapse_notes(mine))
 
 
 def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
@@ -254,7 +284,7 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
                 ax.plot([p[0] for p in points], [p[1] for p in points], label=label,
                         marker="o" if len(points) < 30 else None, markersize=3)
             last.append(points[-1][1] if points else None)
-        body.append([label, *last])
+        body.append([label + collapsed_mark(r), *last])
     for ax, tag in zip(axes.flat, tags):
         ax.set_title(tag, fontsize=9)
         ax.set_xlabel("step", fontsize=8)
@@ -266,7 +296,7 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
     fig.savefig(figure, dpi=90)
     plt.close(fig)
     return (f"![history](figures/{figure.name})\n\nThe last value of each curve:\n\n"
-            + markdown_table(["run", *tags], body, float_format=".3g"))
+            + markdown_table(["run", *tags], body, float_format=".3g") + collapse_notes(runs))
 
 
 def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Job],

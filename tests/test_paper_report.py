@@ -42,14 +42,19 @@ def _done(base: Path, job, result: dict | None = None) -> None:
     write_marker(base, job, "done", seconds=1.0)
 
 
-def test_the_report_puts_ours_beside_the_papers_and_says_why_a_cell_is_empty(tmp_path):
+def _by_hand(tmp_path):
+    """EXPERIMENT planned at the demo scale under ``tmp_path``: (experiment, scale folder, jobs, skipped, jobs by name)."""
     exps = tmp_path / "exps"
     exps.mkdir()
     (exps / "hand.yaml").write_text(yaml.safe_dump(EXPERIMENT, sort_keys=False).replace("'.inf'", ".inf"))
     experiment = load_experiment("hand", exps)
     base = tmp_path / "demo"
     jobs, skipped = plan(experiment, "demo", base)
-    by = {j.name: j for j in jobs}
+    return experiment, base, jobs, skipped, {j.name: j for j in jobs}
+
+
+def test_the_report_puts_ours_beside_the_papers_and_says_why_a_cell_is_empty(tmp_path):
+    experiment, base, jobs, skipped, by = _by_hand(tmp_path)
     for model, loss in (("skip", [2.0, 1.5]), ("skipless", [2.3, 2.2])):
         run = by[f"train-{model}"]
         _done(base, run)
@@ -67,6 +72,24 @@ def test_the_report_puts_ours_beside_the_papers_and_says_why_a_cell_is_empty(tmp
     assert "The paper's table:" in text and "| skip | 127.0 | 130.0 |" in text
     assert "| skip | 1.5 |" in text and "| skipless | 2.2 |" in text  # the last point of each history
     assert (path.parent / "figures" / "02-history.png").stat().st_size > 0
+
+
+def test_a_cell_whose_training_collapsed_is_marked_with_the_reason_under_the_table(tmp_path):
+    """A run's summary.json says ``collapsed`` (skipless/training/collapse.py): its own cells and the
+    evaluations of its backbone read "collapsed" beside the number; a healthy run's do not."""
+    experiment, base, jobs, skipped, by = _by_hand(tmp_path)
+    reason = "validation loss 2.301 is at chance 2.302"
+    for model, collapsed in (("skip", None), ("skipless", reason)):
+        run = by[f"train-{model}"]
+        _done(base, run)
+        (base / run.run_dir / "summary.json").write_text(json.dumps({"val": {"top1": 10.0}, "collapsed": collapsed}))
+        _done(base, by[f"cond-{model}-1-small"], {"jacobian": {"value": 150.0, "converged": True, "reason": None}})
+    text = write_report(base, experiment, "demo", jobs, skipped, "make paper EXP=hand").read_text()
+    assert "| skip | 150.0 (127.0, +23.0) | not at this scale |" in text
+    assert "| skipless | 150.0 (∞) collapsed | not at this scale |" in text
+    assert "| skip | 10.0 (80.3, -70.3) |" in text and "| skipless | 10.0 collapsed |" in text
+    assert text.count(f"- collapsed: train-skipless: {reason}") == 3  # under both tables and the history
+    assert "| skipless collapsed |" in text  # the history's run
 
 
 def test_a_condition_number_that_did_not_converge_is_a_lower_bound(tmp_path):

@@ -24,6 +24,7 @@ from .models.from_config import vit_from_config
 from .ssl.dino_module import DINO
 from .summary import pretrain_header
 from .training.callbacks import KNNMonitor
+from .training.collapse import DINOCollapse
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
 from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
 from .training.interrupt import fit, resume_message
@@ -71,8 +72,10 @@ def diagnostics_callbacks(cfg: DictConfig, run_dir: Path) -> list[pl.Callback]:
 
 
 def pretrain_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
-    """The shared trainer (``training/trainer.py``) with DINO's monitors: diagnostics and the k-NN monitor."""
-    callbacks: list[pl.Callback] = [*extra_callbacks, *diagnostics_callbacks(cfg, run_dir)]
+    """The shared trainer (``training/trainer.py``) with DINO's monitors: collapse, diagnostics and the k-NN
+    monitor."""
+    callbacks: list[pl.Callback] = [DINOCollapse(cfg.dino.out_dim), *extra_callbacks,
+                                    *diagnostics_callbacks(cfg, run_dir)]
     loaders = knn_loaders(cfg) if cfg.train.knn_every_n_epochs else None
     if loaders is not None:
         callbacks.append(KNNMonitor(loaders[0], loaders[1], every=cfg.train.knn_every_n_epochs,

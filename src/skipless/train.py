@@ -21,6 +21,7 @@ from .summary import describe_model, lr_key, peak_lr
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
+from .training.collapse import SupervisedCollapse
 from .training.interrupt import fit, resume_message
 from .training.precision import describe_precision
 from .training.preflight import check_run_folder
@@ -69,7 +70,8 @@ def train(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple
     train_set, val_set = labelled_splits(cfg)
     module = Supervised(cfg, train_set.num_classes)
     loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
-    trainer = build_trainer(cfg, run_dir, extra_callbacks, check_val_every_n_epoch=cfg.train.val_every_n_epochs,
+    trainer = build_trainer(cfg, run_dir, [SupervisedCollapse(), *extra_callbacks],
+                            check_val_every_n_epoch=cfg.train.val_every_n_epochs,
                             limit_val_batches=cfg.train.limit_val_batches)
     if trainer.is_global_zero:
         print(train_header(cfg, run_dir, len(train_set), len(val_set), train_set.num_classes), flush=True)

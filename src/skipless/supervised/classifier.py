@@ -4,7 +4,8 @@ backbone (``vit_args`` of ``cfg.model``, timm's init plus the residual mode's) -
 final norm -> a linear head. Optimisation is manual so that the recipe reads in order in
 ``training_step``, as in ``ssl/dino_module.py``: per-step lr and weight decay from the schedules,
 batch mixing (mixup/cutmix), loss, divergence check, backward, optional global-norm clipping, step.
-Validation: top-1 / top-5 accuracy (torchmetrics, reduced across ranks) and the plain cross-entropy.
+Validation: top-1 / top-5 accuracy (torchmetrics, reduced across ranks), the plain cross-entropy and
+how often each class is predicted and labelled (``val_class_counts``, for the collapse monitor).
 
 The backbone is exported in the backbone file format (``ExportBackbone``), without the head, so every
 evaluator reads a supervised model as it reads a DINO teacher.
@@ -28,6 +29,7 @@ from ..optim import optimizer_from_config
 from ..optim.param_groups import param_groups
 from ..optim.schedules import cosine_schedule
 from ..summary import peak_lr
+from ..training.collapse import ClassCounts
 from ..training.divergence import stop_if_diverged
 from ..training.step_scalars import device_scalars
 from .augment import batch_mixer
@@ -60,6 +62,7 @@ class Supervised(pl.LightningModule):
         top5 = min(5, self.num_classes)
         self.val_top1 = MulticlassAccuracy(self.num_classes, top_k=1, average="micro")
         self.val_top5 = MulticlassAccuracy(self.num_classes, top_k=top5, average="micro")
+        self.val_counts = ClassCounts(self.num_classes)  # read by the collapse monitor (training/collapse.py)
         self.schedules: dict[str, np.ndarray] = {}
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -125,6 +128,7 @@ class Supervised(pl.LightningModule):
         logits = self(images).float()
         self.val_top1.update(logits, labels)
         self.val_top5.update(logits, labels)
+        self.val_counts.update(logits.argmax(-1), labels)
         self.log("val/loss", F.cross_entropy(logits, labels), on_epoch=True, sync_dist=True,
                  batch_size=images.shape[0])
 
@@ -132,6 +136,8 @@ class Supervised(pl.LightningModule):
         top1, top5 = self.val_top1.compute(), self.val_top5.compute()  # reduced over ranks by torchmetrics
         self.val_top1.reset()
         self.val_top5.reset()
+        self.val_class_counts = self.val_counts.compute().clone()  # (2, C): predictions, labels per class
+        self.val_counts.reset()
         self.log_dict({"val/top1": top1 * 100, "val/top5": top5 * 100})
         if self.trainer.is_global_zero and not self.trainer.sanity_checking:
             print(f"epoch {self.current_epoch + 1}: val top-1 {float(top1) * 100:.1f}%, top-5 {float(top5) * 100:.1f}%",

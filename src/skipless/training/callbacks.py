@@ -1,7 +1,7 @@
 """Callbacks of a pretraining run: the divergence guard, RNG state in checkpoints, epoch-end
 checkpoints, the teacher export, the k-NN monitor, the progress bar, the run summary (skipped
-images, final loss). None reads a tensor back to the host on the steps between two logging steps
-(``train.log_every_n_steps``): such a read waits for the device to finish its queued work."""
+images, final loss, collapse). None reads a tensor back to the host on the steps between two logging
+steps (``train.log_every_n_steps``): such a read waits for the device to finish its queued work."""
 from __future__ import annotations
 
 import json
@@ -20,6 +20,7 @@ from ..analysis.knn import knn_accuracy
 from ..atomic import atomic_write
 from ..models import create_vit, save_backbone
 from ..ssl.errors import DivergenceError
+from .collapse import CollapseMonitor
 from .divergence import divergence_message, raise_if_loss_diverged
 
 
@@ -205,8 +206,9 @@ class ProgressBar(TQDMProgressBar):
 class RunSummary(pl.Callback):
     """Counts the unreadable images skipped (over every worker and rank), says so at each epoch end
     that skipped any and at the end of the run, and writes ``<run>/summary.json`` (atomically) when
-    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss, and the
-    precision that ran with the reason it was chosen.
+    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss, the
+    precision that ran with the reason it was chosen, and ``collapsed``: the reason the run's
+    ``CollapseMonitor`` gave at its last check, or null.
 
     The count comes from the loader's ``SkipTally`` (``training/data.py``); each skipped file is also
     named once by a ``CorruptImageWarning`` where it happens.
@@ -257,6 +259,8 @@ class RunSummary(pl.Callback):
                    "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self._final_loss()}
         if self.precision:
             summary["precision"] = self.precision
+        monitor = next((c for c in trainer.callbacks if isinstance(c, CollapseMonitor)), None)
+        summary["collapsed"] = monitor.reason if monitor is not None else None
         last_val = getattr(trainer.lightning_module, "last_val", None)  # a supervised run's last validation
         if last_val:
             summary["val"] = last_val
