@@ -31,9 +31,9 @@ same model compile faster).
 
 Precision: the official side is fp32 in every row. DINO has no CPU bf16 path: its only mixed
 precision is ``--use_fp16``, CUDA fp16 (``torch.cuda.amp.autocast`` with a ``GradScaler`` in
-``main_dino.train_one_epoch``). Ours runs fp32 (``32-true``) and, on a CPU with native bf16
-(``cpu_has_native_bf16``), ``bf16-mixed`` as ``train.precision=auto`` picks it there, so that row
-compares what a user of each gets on this machine. Without native bf16 the bf16 row is left out, and
+``main_dino.train_one_epoch``). Ours runs fp32 (``32-true``, what ``auto``
+picks on every CPU) and, on a CPU with native bf16 (``cpu_has_native_bf16``), ``bf16-mixed``: the
+speed a user who asks for it gets on this machine. Without native bf16 the bf16 row is left out, and
 a line under the table says why (emulated bf16 is about 11 times slower than fp32 there).
 """
 from __future__ import annotations

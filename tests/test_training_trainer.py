@@ -16,7 +16,7 @@ from skipless.world import world_size
     (True, (7, 0), False, "16-mixed"),     # V100: fp16 with loss scaling
     (True, (7, 5), True, "16-mixed"),      # T4
     (False, None, False, "32-true"),       # an AVX2-only CPU
-    (False, None, True, precision.cpu_precision(True)[0]),  # a CPU with AVX512-BF16 or AMX
+    (False, None, True, "32-true"),       # a CPU with AVX512-BF16 or AMX: fp32 on every CPU kind
 ])
 def test_auto_precision_follows_the_hardware(monkeypatch, gpu, capability, native_bf16, expected):
     """``auto``'s choice on every kind of machine, with the capability checks faked."""
@@ -35,9 +35,9 @@ def test_auto_precision_follows_the_hardware(monkeypatch, gpu, capability, nativ
 
 
 def test_the_cpu_never_gets_fp16_by_auto_nor_gpus_fp32(monkeypatch):
-    """On a CPU, auto never picks 16-mixed (no fp16 kernels worth it); on a GPU it never leaves fp32."""
+    """On a CPU, auto picks fp32 whatever the CPU kind (one result everywhere); on a GPU it never stays in fp32."""
     for native in (False, True):
-        assert precision.cpu_precision(native)[0] in ("32-true", "bf16-mixed")
+        assert precision.cpu_precision(native)[0] == "32-true"
     monkeypatch.setattr(precision.torch.cuda, "is_available", lambda: False)
     cfg = load_config("pretrain", ["train.accelerator=cuda"])
     monkeypatch.setattr(precision.torch.cuda, "get_device_capability", lambda *a: (8, 6))
