@@ -74,13 +74,13 @@ def choose_precision(cfg: DictConfig) -> tuple[str, str]:
 def cpu_precision(native_bf16: bool) -> tuple[str, str]:
     """``auto`` on a CPU: fp32 (``32-true``) on every CPU kind, with or without native bf16.
 
-    Why (issue 26, measured in docs/results.md "Precision on CPUs"): the CPU demo is a smoke test that
-    must give one result on every CPU a user has, and bf16 would make its arithmetic depend on the CPU
-    kind (native bf16 in oneDNN on AVX512-BF16/AMX, emulated elsewhere, each rounding its own way). What
-    bf16 buys there is small where it is not harmful: on a Zen 4 (AVX512-BF16) the demo ran 348 s against
-    385 s in fp32; on an AMX Intel about 3x faster, where fp32 still keeps the demo near its 10 minutes;
-    emulated (AVX2 only), 11x slower. The demo's teacher k-NN in bf16-mixed sat within the seed spread of
-    fp32 (the table in docs/results.md). ``train.precision=bf16-mixed`` uses a CPU's native bf16."""
+    Why (issue 26; the measurements are in docs/results.md, "Precision on every device"): the CPU
+    demo is a smoke test that must give one result on every CPU a user has, and bf16 would make its
+    arithmetic depend on the CPU kind (native in oneDNN on AVX512-BF16 or AMX, emulated elsewhere).
+    What it buys differs by kind too: the AdamW demo took 348 s in bf16-mixed against 385 s in
+    fp32 on a Zen 4 (AVX512-BF16); about 3x faster on an AMX Intel, where fp32 still keeps the demo
+    near its 10 minutes; emulated (AVX2 only) it is 11x slower. ``train.precision=bf16-mixed`` uses a
+    CPU's native bf16 when asked for."""
     if native_bf16:
         return "32-true", "auto: CPU, fp32 on every CPU kind; train.precision=bf16-mixed uses this one's native bf16"
     return "32-true", "auto: CPU, fp32 on every CPU kind; bf16 would be emulated here, ~11x slower"
