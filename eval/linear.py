@@ -12,8 +12,8 @@ no weight decay, cosine lr over the epochs, lr x batch / 256) on two inputs, tra
 Every learning rate of ``lrs`` trains its own head over the same batches. The reported number of a
 group is the head with the best top-1 on the **val split** after the last epoch, as in DINO, whose
 script reports the best val accuracy it saw (over validated epochs; here over lrs, at the last epoch
-only), so it is an optimistic estimate: there is no held-out test split. When the best lr is the
-lowest or the highest of the sweep, the run warns and the JSON says so (``best_lr_at_edge``).
+only), so it is an optimistic estimate: there is no held-out test split. When the lowest or the highest lr
+of the sweep scores strictly better than every other, the run warns and the JSON says so (``best_lr_at_edge``).
 
 No augmentation: DINO trains its linear layer on random resized crops and flips of each image,
 which needs a backbone pass per image and epoch; here the features are cached
@@ -41,6 +41,7 @@ from .backbones import BackboneSpec, resolve_backbones
 from .global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
                           load_splits, resolve_settings, write_json)
 from .linear_heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
+from .lr_sweep import sweep_edge
 from .output_dirs import check_outputs
 from .report import markdown_table
 
@@ -73,7 +74,7 @@ def train_and_score(train_inputs: dict[str, torch.Tensor], train_y: torch.Tensor
         sweep = [dict(lr=lrs[j], **scores[(g, j)], final_train_loss=losses[(g, j)][-1]) for j in range(len(lrs))]
         best = best_lr_index(sweep)
         out[g] = {"top1": sweep[best]["top1"], "top5": sweep[best]["top5"], "best_lr": lrs[best],
-                  "best_lr_at_edge": len(lrs) > 1 and best in (0, len(lrs) - 1), "dim": int(train_inputs[g].shape[1]),
+                  "best_lr_at_edge": sweep_edge(lrs, [(s["top1"], s["top5"] or 0.0) for s in sweep]), "dim": int(train_inputs[g].shape[1]),
                   "sweep": sweep}
     out["train_s"] = train_s
     return out
@@ -140,8 +141,8 @@ def run_linear(cfg: DictConfig) -> dict[str, dict]:
             top5 = "" if x["top5"] is None else f", top-5 {x['top5']:.1f}"
             print(f"  {spec.name} {g}: top-1 {x['top1']:.1f}{top5} at lr {x['best_lr'] / r['lr_scale']:g}", flush=True)
             if x["best_lr_at_edge"]:
-                print(f"  warning: {spec.name} {g}: the best lr is at the edge of the sweep {list(cfg.lrs)}; "
-                      "widen lrs", flush=True)
+                print(f"  warning: {spec.name} {g}: the best lr is the {x['best_lr_at_edge']} of the sweep "
+                      f"{list(cfg.lrs)}; the optimum may lie beyond it (widen lrs)", flush=True)
         print(f"  {spec.name}: [features {t['features_s']:.0f} s{' (cached)' if t['cache_reused'] else ''}, "
               f"heads {t['train_s']:.0f} s] -> {path}", flush=True)
     caption = (f"Linear evaluation on {settings.dataset}: val top-1 / top-5 (%) of the best of lrs {list(cfg.lrs)} "

@@ -39,6 +39,14 @@ def test_the_reported_lr_is_the_best_on_val_and_a_useless_lr_is_never_chosen():
     assert out["a"]["best_lr"] == 1e-2 and out["a"]["top1"] == sweep[1]["top1"] and out["a"]["best_lr_at_edge"]
 
 
+def test_a_sweep_where_every_lr_ties_is_not_at_its_edge(capsys):
+    x, y = separable(30, classes=3)
+    xv, yv = separable(10, classes=3, seed=1)
+    out = train_and_score({"a": x}, y, {"a": xv}, yv, 3, [1e-3, 1e-2, 1e-1], epochs=30, batch_size=32)
+    assert [s["top1"] for s in out["a"]["sweep"]] == [100.0] * 3  # all tie: no optimum beyond the sweep
+    assert out["a"]["best_lr_at_edge"] is None
+
+
 def test_best_lr_index_breaks_ties_by_top5_then_by_order():
     assert best_lr_index([{"top1": 50, "top5": 90}, {"top1": 70, "top5": 80}, {"top1": 60, "top5": 99}]) == 1
     assert best_lr_index([{"top1": 70, "top5": 80}, {"top1": 70, "top5": 95}]) == 1

@@ -8,7 +8,7 @@ from PIL import Image
 
 from eval.miou import ConfusionMatrix
 from eval.probe import main
-from eval.probe_outputs import sweep_edge
+from eval.lr_sweep import sweep_edge
 from eval.probe_settings import round_to_patch, spread_layers
 from skipless.data.segmentation import VOCSegDataset
 from skipless.models import create_vit, save_backbone
@@ -145,11 +145,15 @@ def test_multiscale_blocks_are_spread_over_the_depth():
     assert spread_layers(12, 1) == [11] and spread_layers(6, 3) == [1, 3, 5] and spread_layers(2, 4) == [0, 1]
 
 
-def test_sweep_edge_flags_a_best_lr_at_either_end_only():
+def test_sweep_edge_flags_an_edge_lr_only_when_it_is_strictly_best():
     lrs = [1e-4, 1e-3, 1e-2]
-    assert [sweep_edge(lrs, i) for i in range(3)] == ["lowest", None, "highest"]
-    assert sweep_edge([1e-2, 1e-3, 1e-4], 0) == "highest"  # by value, not position
-    assert sweep_edge([1e-3], 0) is None
+    assert sweep_edge(lrs, [0.5, 0.4, 0.3]) == "lowest" and sweep_edge(lrs, [0.3, 0.4, 0.5]) == "highest"
+    assert sweep_edge(lrs, [0.3, 0.5, 0.4]) is None
+    assert sweep_edge([1e-2, 1e-3, 1e-4], [0.5, 0.4, 0.3]) == "highest"  # by value, not position
+    assert sweep_edge([1e-3], [0.5]) is None
+    # every lr ties (a 3-class set at 100%), or an inner lr ties with the edge: the sweep holds an optimum
+    assert sweep_edge(lrs, [1.0, 1.0, 1.0]) is None and sweep_edge(lrs, [0.3, 0.5, 0.5]) is None
+    assert sweep_edge(lrs, [float("nan"), 0.2, None]) is None and sweep_edge(lrs, [None, None, 0.1]) == "highest"
 
 
 def test_bench_naive_probe_matches_the_cached_one(setup):
