@@ -25,6 +25,10 @@ EXP ?=
 SCALE ?=
 DRY ?=
 ARGS ?=
+PORT ?= 6006
+# make tensorboard listens on this machine only unless HOST= is given on the make line: anyone who can reach
+# the port reads every run. An exported $$HOST (some shells set it to the machine's name) is not a request.
+TB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST),127.0.0.1)
 
 # Optional keys are passed only when set, so the YAML defaults stay in charge.
 opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
@@ -65,6 +69,8 @@ help: ## list targets and variables
 	@echo "       CKPT=dino_deitsmall16_pretrain.pth:vit_small (a state dict + its arch) or CKPT=timm:<cached timm name>"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  EXP=$(call choices,experiments) (make paper: configs/experiments/)   SCALE=demo|full   DRY=1 (list the jobs)"
+	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
+	@echo "       interface, so anyone on the network can read the runs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
 
 $(STAMP): pyproject.toml
@@ -109,8 +115,8 @@ paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=de
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)
 
-tensorboard: $(STAMP) ## browse training and evaluation runs
-	$(PY) -m tensorboard.main --logdir runs --bind_all
+tensorboard: $(STAMP) ## browse training and evaluation runs on http://127.0.0.1:6006: PORT= HOST=
+	$(PY) -m tensorboard.main --logdir runs --host $(TB_HOST) --port $(PORT)
 
 test: $(STAMP) ## run the test suite (GPU tests skip themselves without a GPU)
 	$(PY) -m pytest -q

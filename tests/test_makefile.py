@@ -77,3 +77,12 @@ def test_make_paper_maps_exp_scale_and_dry():
     assert dry_run("paper").split() == ["python", "-m", "paper"]
     words = dry_run("paper", "EXP=table2", "SCALE=full", "DRY=1", "ARGS=cluster=local").split()
     assert words[3:] == ["exp=table2", "scale=full", "dry_run=true", "cluster=local"]
+
+
+def test_make_tensorboard_listens_on_localhost_unless_host_is_given_on_the_make_line(monkeypatch):
+    assert _eval_line("tensorboard") == "python -m tensorboard.main --logdir runs --host 127.0.0.1 --port 6006"
+    assert _eval_line("tensorboard", "HOST=0.0.0.0", "PORT=7000").endswith("--host 0.0.0.0 --port 7000")
+    monkeypatch.setenv("HOST", "myhost")  # what some shells export: not a request to serve the network
+    assert "--host 127.0.0.1 " in _eval_line("tensorboard")
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "PORT=6006 HOST=127.0.0.1" in out and "HOST=0.0.0.0" in out
