@@ -46,7 +46,24 @@ def _eval_line(target: str, *args: str) -> str:
 def test_make_evaluators_pass_only_what_is_set(target):
     assert _eval_line(target) == f"python -m eval.{target}"
     line = _eval_line(target, "CKPT=runs/a random", "LAYER=-1", "OUT=/tmp/o")
-    assert 'ckpt="runs/a random"' in line and "layers=-1" in line and "out=/tmp/o" in line
+    assert "ckpt='\\''runs/a random'\\''" in line and "layers=-1" in line and "out='\\''/tmp/o'\\''" in line
+
+
+@pytest.mark.parametrize("target", ["probe", "tokencut", "pca", "conditioning", "knn", "linear"])
+def test_paths_with_spaces_quotes_and_commas_reach_the_evaluator_as_typed(target):
+    """CKPT='"runs/my run" random' names two backbones; OUT= a folder with a space: through make, the
+    shell and the config parser, the evaluator reads what the user typed."""
+    import sys
+
+    from eval.backbones import split_items
+    from skipless.config import load_config
+
+    echo = f"{sys.executable} -c 'import sys; print(*sys.argv[1:], sep=chr(10))'"
+    out = subprocess.run(["make", "-s", "STAMP=", f"PY={echo}", target,
+                          """CKPT="runs/my run",'runs/bob''s' random""", "OUT=/tmp/my results"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    cfg = load_config(target, [a for a in out if a.startswith(("ckpt=", "out="))])
+    assert split_items(cfg.ckpt) == ["runs/my run", "runs/bobs", "random"] and cfg.out == "/tmp/my results"
 
 
 def test_make_train_maps_each_variable_set_onto_its_key():

@@ -69,6 +69,7 @@ def run_main(tmp_path, capsys, *args: str) -> tuple[int, str]:
                                     "(16-bit weights, as bf16-true and 16-true keep them, lose the EMA teacher's"),
     (["optim=soap", "optim.precondition_frequency=0"], "optim.precondition_frequency must be an integer >= 1, got 0"),
     (["train.epochs=2.5"], "train.epochs must be an integer >= 1, got 2.5"),
+    (["run.name=two\nlines"], "run.name must be null or a folder name without '/' or control characters, got 'two\\nlines'"),
 ])
 def test_bad_values_are_one_sentence_before_anything_is_written(tmp_path, capsys, args, message):
     code, err = run_main(tmp_path, capsys, f"data.root={tmp_path / 'data'}", *args)
