@@ -63,7 +63,8 @@ def _figure(path: Path, heads: LinearHeads, key: tuple[str, int], cache: Feature
             targets.append(target)
             logits = heads.group_logits(key[0], feats)
             preds.append(upsample_argmax(logits, target.shape, heads.num_classes)[key[1]].cpu().numpy())
-    return example_figure(path, images, targets, preds, [dataset.ids[int(i)] for i in picks], heading)
+    return example_figure(path, images, targets, preds, [dataset.ids[int(i)] for i in picks], heading,
+                          dataset.class_names)
 
 
 def _save_predictions(settings: ProbeSettings, run: ProbeRun, val_ds: Any, key: tuple[str, int], folder: Path) -> Path:

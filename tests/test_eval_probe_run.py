@@ -180,3 +180,19 @@ def test_widening_the_sweep_upwards_leaves_the_first_heads_unchanged(setup):
         assert b["miou"] == pytest.approx(a["miou"], abs=1e-3) and b["final_train_loss"] == pytest.approx(
             a["final_train_loss"], rel=1e-5)
     assert wide["miou"] >= narrow["miou"] - 1e-3
+
+
+def test_the_example_figure_has_a_legend_of_the_classes_it_shows():
+    from PIL import Image as PILImage
+
+    from eval.probe_figures import draw_examples
+
+    names = ("background", "cat", "dog", "car", "bus")
+    target = np.array([[0, 1], [255, 1]], dtype=np.uint8)
+    pred = np.array([[0, 3], [3, 1]], dtype=np.uint8)
+    fig = draw_examples([PILImage.new("RGB", (2, 2))], [target], [pred], ["img0"], "heading", names)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["background", "cat", "car", "ignored"]  # no dog, no bus
+    assert all(t.get_fontsize() >= 8 for t in legend.get_texts())
+    import matplotlib.pyplot as plt
+    plt.close(fig)
