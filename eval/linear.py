@@ -21,7 +21,8 @@ which needs a backbone pass per image and epoch; here the features are cached
 sees the same feature of an image. That is the usual price of a fast linear evaluation; numbers
 are comparable between backbones of this suite, not to DINO's published ones.
 
-Per backbone, ``<run>/eval/linear-<dataset>.json``; the table (rows backbones, top-1 / top-5 / best
+Per backbone, ``<run>/eval/linear-<dataset>.json`` and TensorBoard scalars in
+``<run>/eval/tb/linear-<dataset>/`` (``write_events``); the table (rows backbones, top-1 / top-5 / best
 lr per input) is printed, and with several backbones written to ``<runs_root>/compare/linear-<dataset>.md``.
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ from .linear_heads import ClassifierHeads, best_lr_index, evaluate_heads, train_
 from .lr_sweep import sweep_edge
 from .output_dirs import check_outputs
 from .report import markdown_table
+from .tb_events import event_writer
 
 GROUPS = ("cls", "cls+avgpool")
 RULES = {
@@ -77,11 +79,13 @@ def train_and_score(train_inputs: dict[str, torch.Tensor], train_y: torch.Tensor
                   "best_lr_at_edge": sweep_edge(lrs, [(s["top1"], s["top5"] or 0.0) for s in sweep]), "dim": int(train_inputs[g].shape[1]),
                   "sweep": sweep}
     out["train_s"] = train_s
+    out["losses"] = losses
     return out
 
 
-def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any, val: Any) -> dict:
-    """Features (cached), heads and scores of one backbone, as its JSON."""
+def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any,
+                      val: Any) -> tuple[dict, dict[tuple[str, int], list[float]]]:
+    """Features (cached), heads and scores of one backbone: its JSON, and each head's loss per epoch."""
     cfg, device = settings.cfg, settings.device
     feats = backbone_features(settings, spec, train, val)
 
@@ -93,7 +97,7 @@ def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
                              feats.val.valid_labels().to(device), train.num_classes, lrs, epochs=int(cfg.epochs),
                              batch_size=int(cfg.batch_size), seed=int(cfg.seed), progress=bool(cfg.progress),
                              desc=f"{spec.name}: linear")
-    train_s = result.pop("train_s")
+    train_s, losses = result.pop("train_s"), result.pop("losses")
     return {"evaluation": "linear", "dataset": settings.dataset, "backbone": spec.name,
             "checkpoint": str(spec.path) if spec.path else spec.kind, "groups": result,
             "selection": "best val top-1 over lrs, last epoch (no test split: optimistic, as DINO's best val accuracy)",
@@ -102,7 +106,21 @@ def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
             "crop": settings.crop, **features_summary(feats),
             "timings": {"features_s": feats.extract_s, "train_s": train_s, "total_s": feats.total_s + train_s,
                         "cache_reused": feats.reused},
-            "config": OmegaConf.to_container(cfg, resolve=True)}
+            "config": OmegaConf.to_container(cfg, resolve=True)}, losses
+
+
+def write_events(spec: BackboneSpec, result: dict, losses: dict[tuple[str, int], list[float]]) -> None:
+    """TensorBoard, in the backbone's ``tb/linear-<dataset>``, per input: each lr's training loss per epoch,
+    its val top-1 after the last epoch, and the best val top-1 (lrs unscaled, as configured)."""
+    stem, epochs, scale = f"linear-{result['dataset']}", result["epochs"], result["lr_scale"]
+    with event_writer(spec.out_dir, stem) as writer:
+        for g, x in result["groups"].items():
+            for j, s in enumerate(x["sweep"]):
+                lr = f"{s['lr'] / scale:g}"
+                for epoch, loss in enumerate(losses[(g, j)], 1):
+                    writer.add_scalar(f"{stem}/{g}/train_loss/lr={lr}", loss, epoch)
+                writer.add_scalar(f"{stem}/{g}/val_top1/lr={lr}", s["top1"], epochs)
+            writer.add_scalar(f"{stem}/{g}/val_top1/best", x["top1"], epochs)
 
 
 def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict]) -> str:
@@ -133,8 +151,10 @@ def run_linear(cfg: DictConfig) -> dict[str, dict]:
           f"{cfg.epochs} epochs, backbones: {', '.join(s.name for s in specs)}", flush=True)
     results = {}
     for spec in specs:
-        r = results[spec.name] = evaluate_backbone(settings, spec, train, val)
+        r, losses = evaluate_backbone(settings, spec, train, val)
+        results[spec.name] = r
         path = write_json(spec.out_dir / f"linear-{settings.dataset}.json", r)
+        write_events(spec, r, losses)
         t = r["timings"]
         for g in GROUPS:
             x = r["groups"][g]

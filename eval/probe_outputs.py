@@ -28,6 +28,7 @@ from .probe_compute import ProbeRun, best_index, ids_hash
 from .probe_figures import example_figure, figure_array, save_prediction
 from .probe_settings import GROUPS, ProbeSettings
 from .report import write_text
+from .tb_events import event_writer
 
 
 def pct(x: float | None) -> float | None:
@@ -42,10 +43,7 @@ def reset_dir(path: Path) -> Path:
 
 def open_writers(settings: ProbeSettings, out_dir: Path) -> dict[str, Any]:
     """One fresh TensorBoard folder per head group, ``tb/probe-<dataset>[-ms]``."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    return {g: SummaryWriter(str(reset_dir(out_dir / "tb" / f"probe-{settings.dataset}{GROUPS[g][0]}")))
-            for g in settings.groups}
+    return {g: event_writer(out_dir, f"probe-{settings.dataset}{GROUPS[g][0]}") for g in settings.groups}
 
 
 def _figure(path: Path, heads: LinearHeads, key: tuple[str, int], cache: FeatureCache, dataset: Any, count: int,
