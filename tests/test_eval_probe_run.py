@@ -196,3 +196,15 @@ def test_the_example_figure_has_a_legend_of_the_classes_it_shows():
     assert all(t.get_fontsize() >= 8 for t in legend.get_texts())
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_an_rgb_val_mask_is_one_sentence_before_any_feature_is_extracted(setup, capsys):
+    tmp, data, args = setup
+    masks = data / "VOCdevkit" / "VOC2012" / "SegmentationClass"
+    val = VOCSegDataset(data, "val", name="default")
+    Image.new("RGB", (48, 40), (128, 0, 0)).save(masks / f"{val.ids[-1]}.png")
+    with pytest.raises(SystemExit) as err:
+        main(args + [f"ckpt={tmp / 'runs' / 'tiny'}", "num_workers=1"])
+    assert str(err.value) == (f"error: mask '{masks / val.ids[-1]}.png' has mode 'RGB'; expected a palette (P) or "
+                              "index (L) PNG whose pixel values are class indices; see data/README.md")
+    assert "features" not in capsys.readouterr().out and not (tmp / "runs" / "tiny" / "eval").exists()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from pathlib import Path
+from typing import Sequence
 
 from ..errors import SkiplessError
 
@@ -38,18 +40,37 @@ def warn_unreadable(path: object, error: Exception, logger: logging.Logger) -> N
     logger.warning(message)
 
 
-def missing_dataset(name: str, root: str | os.PathLike, layout: str) -> DatasetNotFoundError:
+def own_folder_hint(data_root: str | os.PathLike, own: Sequence[str]) -> str | None:
+    """What to say when the data root is (or lies inside) one of the dataset's own folders (``own``:
+    ``ADEChallengeData2016``, ``VOCdevkit``, ImageNet's ``train``): the folder to give instead, the one
+    that holds it. None when the root is no such folder."""
+    root = Path(data_root)
+    inside = [i for i, part in enumerate(root.parts) if part in own]
+    if not inside:
+        return None
+    holder = Path(*root.parts[:inside[-1]]) if inside[-1] else Path(".")
+    where = "is" if inside[-1] == len(root.parts) - 1 else "lies inside"
+    return (f"the data root {root} {where} the dataset's own folder {root.parts[inside[-1]]}; give the folder "
+            f"that holds it instead, DATA_ROOT={holder}")
+
+
+def missing_dataset(name: str, root: str | os.PathLike, layout: str, hint: str | None = None) -> DatasetNotFoundError:
     """Build the one-sentence error for a dataset that is not at ``root``.
 
     Args:
         name: the dataset as users call it ("PASCAL VOC 2012 segmentation").
         root: the path that was looked at (file or folder).
         layout: the expected layout, relative to the data root, in one line.
+        hint: what to do instead, when the reader can tell (``own_folder_hint``, a zip to unpack ...);
+            it comes first, the layout after it.
 
     Returns:
         The error, for the caller to raise (``raise missing_dataset(...)``) so that the traceback
         points at the reader that needed the data.
     """
+    if hint:
+        return DatasetNotFoundError(f"{name} not found at {os.fspath(root)}: {hint} (expected {layout}; "
+                                    f"see {README})")
     return DatasetNotFoundError(
         f"{name} not found at {os.fspath(root)!r}: expected {layout}; see {README} for how to "
         "get and lay out each dataset (or set DATA_ROOT=).")
