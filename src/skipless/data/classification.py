@@ -16,7 +16,6 @@ k-NN monitor of pretraining does.
 """
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,7 +27,6 @@ from .errors import MalformedDatasetError, UnknownDatasetError, warn_unreadable
 from .image_folder import READ_ERRORS, decode_rgb
 
 SPLITS = ("train", "val")
-log = logging.getLogger(__name__)
 
 
 class LabelledImages:
@@ -55,6 +53,7 @@ class LabelledImages:
         self.class_names = tuple(class_names)
         self.transform = transform
         self.skipped = 0
+        self.on_unreadable: Callable[[int, Any, Exception], None] | None = None  # as ImageFolderDataset's
         self._reported: set[int] = set()
 
     @property
@@ -94,7 +93,10 @@ class LabelledImages:
         self.skipped += 1
         if index not in self._reported:
             self._reported.add(index)
-            warn_unreadable(self.items[index], error, log)
+            if self.on_unreadable is not None:
+                self.on_unreadable(index, self.items[index], error)
+            else:
+                warn_unreadable(self.items[index], error)
 
 
 def _default(root: Path, split: str, transform) -> LabelledImages:

@@ -6,7 +6,6 @@ instead of a bare ``FileNotFoundError`` from deep inside a loader.
 """
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from pathlib import Path
@@ -33,11 +32,11 @@ class CorruptImageWarning(UserWarning):
     """An unreadable image was skipped; training goes on with the next one."""
 
 
-def warn_unreadable(path: object, error: Exception, logger: logging.Logger) -> None:
-    """Say once, as a ``CorruptImageWarning`` and in the log, that the image at ``path`` was skipped."""
-    message = f"skipping unreadable image {path} ({type(error).__name__}: {error})"
-    warnings.warn(message, CorruptImageWarning, stacklevel=4)
-    logger.warning(message)
+def warn_unreadable(path: object, error: Exception) -> None:
+    """Say, as a ``CorruptImageWarning``, that the image at ``path`` was skipped (once: not also in a log
+    line, which printed every file twice)."""
+    warnings.warn(f"skipping unreadable image {path} ({type(error).__name__}: {error})", CorruptImageWarning,
+                  stacklevel=4)
 
 
 def own_folder_hint(data_root: str | os.PathLike, own: Sequence[str]) -> str | None:
