@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from PIL import Image, UnidentifiedImageError
 
-from .errors import MalformedDatasetError, missing_dataset, warn_unreadable
+from .errors import MalformedDatasetError, UnreadableSkips, missing_dataset
 from .voc import VOCImages
 
 __all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages"]
@@ -39,14 +39,12 @@ def list_images(root: Path) -> list[Path]:
     return sorted(found)
 
 
-class ImageFolderDataset:
+class ImageFolderDataset(UnreadableSkips):
     """Every image under ``root``, as a PIL RGB image or ``transform(image)``.
 
     Attributes:
         files: the sorted image paths.
-        skipped: how many reads failed in this process (each worker process counts its own).
-        on_unreadable: None, or ``f(index, path, error)``, called instead of the warning the first time
-            this process meets the unreadable file ``files[index]``.
+        skipped, on_unreadable: see ``UnreadableSkips``.
     """
 
     def __init__(self, root: str | os.PathLike, transform: Callable[[Image.Image], Any] | None = None) -> None:
@@ -58,9 +56,7 @@ class ImageFolderDataset:
             raise missing_dataset(f"image folder (no {'/'.join(e[1:] for e in EXTENSIONS)} files)",
                                   self.root, LAYOUT)
         self.transform = transform
-        self.skipped = 0
-        self.on_unreadable: Callable[[int, Path, Exception], None] | None = None
-        self._reported: set[int] = set()
+        self._start_skips()
 
     def __len__(self) -> int:
         return len(self.files)
@@ -71,7 +67,7 @@ class ImageFolderDataset:
             try:
                 image = decode_rgb(self.files[i])
             except READ_ERRORS as error:
-                self._skip(i, error)
+                self._skip(i, self.files[i], error)
                 continue
             return self.transform(image) if self.transform is not None else image
         raise RuntimeError(f"no image under {self.root} could be read ({self.skipped} failures)")
@@ -91,12 +87,3 @@ class ImageFolderDataset:
         raise MalformedDatasetError(
             f"none of the {len(self.files)} images under data.root={self.root} can be read (first: {first}); "
             "expected readable jpg/png/bmp/webp files; check the copy or point data.root= at another folder")
-
-    def _skip(self, index: int, error: Exception) -> None:
-        self.skipped += 1
-        if index not in self._reported:
-            self._reported.add(index)
-            if self.on_unreadable is not None:
-                self.on_unreadable(index, self.files[index], error)
-            else:
-                warn_unreadable(self.files[index], error)
