@@ -25,10 +25,16 @@ EXP ?=
 SCALE ?=
 DRY ?=
 ARGS ?=
+PORT ?= 6006
+# make tensorboard listens on this machine only unless HOST= is given on the make line: anyone who can reach
+# the port reads every run. An exported $$HOST (some shells set it to the machine's name) is not a request.
+TB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST),127.0.0.1)
 
 # Optional keys are passed only when set, so the YAML defaults stay in charge.
 opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
-qopt = $(if $(strip $(2)),$(1)="$(strip $(2))")
+# A path setting reaches the config parser as the very text typed, quotes and all (CKPT='"runs/my run" random',
+# OUT="/data/my results"): YAML single quotes, inside shell single quotes.
+popt = $(if $(strip $(2)),'$(subst ','\'',$(1)='$(subst ','',$(strip $(2)))')')
 PRETRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
@@ -63,8 +69,11 @@ help: ## list targets and variables
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); CKPT=init:<model>[:<arch>]: a preset at init;"
 	@echo "       released weights:"
 	@echo "       CKPT=dino_deitsmall16_pretrain.pth:vit_small (a state dict + its arch) or CKPT=timm:<cached timm name>"
+	@echo "       a path with spaces quoted as in a shell: CKPT='\"runs/my run\" random'"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  EXP=$(call choices,experiments) (make paper: configs/experiments/)   SCALE=demo|full   DRY=1 (list the jobs)"
+	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
+	@echo "       interface, so anyone on the network can read the runs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
 
 $(STAMP): pyproject.toml
@@ -86,22 +95,22 @@ train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=
 	$(PY) -m eval.probe $(call opt,dataset,$(DATASET)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \
-	  $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
+	  $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= ARGS=
-	$(PY) -m eval.tokencut $(call opt,dataset,$(DATASET)) $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
+	$(PY) -m eval.tokencut $(call opt,dataset,$(DATASET)) $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
-	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,images,$(IMAGES)) $(call opt,out,$(OUT)) $(ARGS)
+	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
 
 conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective rank per block: LAYER= CKPT= IMAGES= ARGS=
-	$(PY) -m eval.conditioning $(call opt,layers,$(LAYER)) $(call qopt,ckpt,$(CKPT)) $(call opt,images,$(IMAGES)) $(call opt,out,$(OUT)) $(ARGS)
+	$(PY) -m eval.conditioning $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
 
 knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATASET= CKPT= ARGS=
-	$(PY) -m eval.knn $(call opt,dataset,$(DATASET)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
+	$(PY) -m eval.knn $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features (DINO): DATASET= CKPT= ARGS=
-	$(PY) -m eval.linear $(call opt,dataset,$(DATASET)) $(call qopt,ckpt,$(CKPT)) $(call opt,out,$(OUT)) $(ARGS)
+	$(PY) -m eval.linear $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|full DRY=1 ARGS=
 	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(ARGS)
@@ -109,8 +118,8 @@ paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=de
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)
 
-tensorboard: $(STAMP) ## browse training and evaluation runs
-	$(PY) -m tensorboard.main --logdir runs --bind_all
+tensorboard: $(STAMP) ## browse training and evaluation runs on http://127.0.0.1:6006: PORT= HOST=
+	$(PY) -m tensorboard.main --logdir runs --host $(TB_HOST) --port $(PORT)
 
 test: $(STAMP) ## run the test suite (GPU tests skip themselves without a GPU)
 	$(PY) -m pytest -q

@@ -15,4 +15,4 @@ EVALUATORS: dict[str, tuple[str, ...]] = {
     "knn": ("knn",),
     "linear": ("linear", "linear_heads"),
 }
-SHARED: tuple[str, ...] = ("backbones", "devices", "global_eval", "global_features", "images", "output_dirs", "report", "settings_rules", "square_images")
+SHARED: tuple[str, ...] = ("backbones", "devices", "global_eval", "global_features", "images", "lr_sweep", "output_dirs", "report", "settings_rules", "square_images", "tb_events")

@@ -1,7 +1,7 @@
 """Which backbones an evaluator runs on: ``CKPT="runs/a runs/b random"`` -> loaded, frozen models.
 
 Every evaluator (probe, TokenCut, PCA) takes a ``ckpt`` setting with one or more items, separated
-by spaces or commas:
+by spaces or commas and quoted like a shell line where a path holds either (``split_items``):
 
 - a run folder (``runs/skipless-adamw-default``): its exported teacher ``backbone.pt``;
 - a backbone file (``runs/x/backbone-epoch200.pt``) written by ``save_backbone``;
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -100,12 +100,28 @@ def newest_run(runs_root: str | os.PathLike = "runs") -> Path | None:
 
 
 def split_items(ckpt: str | Sequence[str] | None) -> list[str]:
-    """``"runs/a runs/b,random"`` or a list -> ``["runs/a", "runs/b", "random"]``."""
+    """``'runs/a "runs/my run",random'`` or a list -> ``["runs/a", "runs/my run", "random"]``.
+
+    A string is split like a shell line (``shlex``), on spaces and commas, so a path that holds
+    either is one item when quoted or escaped; a string that is itself an existing path is one item
+    (the config parser has already taken the quotes off ``ckpt="runs/my run"``). A list's elements
+    are items as they are."""
     if ckpt is None:
         return []
-    if isinstance(ckpt, str):
-        return [s for s in re.split(r"[\s,]+", ckpt.strip()) if s]
-    return [s for item in ckpt for s in split_items(str(item))]
+    if not isinstance(ckpt, str):
+        return [str(item) for item in ckpt if str(item).strip()]
+    text = ckpt.strip()
+    if text and os.path.exists(text):
+        return [text]
+    lexer = shlex.shlex(text, posix=True)
+    lexer.whitespace += ","
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError as err:  # an unclosed quote or a trailing backslash
+        raise BackboneNotFoundError(
+            f"CKPT={text} cannot be split into items ({err}); quote an item that holds spaces or commas as a "
+            'whole, e.g. CKPT=\'"runs/my run" random\'') from None
 
 
 def _timm_spec(item: str, runs_root: Path) -> BackboneSpec:
@@ -123,7 +139,7 @@ def _state_dict_spec(path: Path, arch: str, runs_root: Path) -> BackboneSpec:
         raise BackboneNotFoundError(f"unknown architecture {arch!r} in CKPT item {path}:{arch}; "
                                     f"expected one of: {', '.join(ARCHS)}")
     if not path.is_file():
-        raise BackboneNotFoundError(f"no state dict at {str(path)!r}; expected <file>:<arch>, "
+        raise BackboneNotFoundError(f"no state dict at {path}; expected <file>:<arch>, "
                                     "e.g. dino_deitsmall16_pretrain.pth:vit_small")
     return BackboneSpec(path.stem, path, runs_root / path.stem / "eval", read_backbone_args(path, arch),
                         "state_dict")
@@ -153,7 +169,7 @@ def _file_spec(item: str, runs_root: Path) -> BackboneSpec:
         return BackboneSpec(f"{path.parent.name}-{path.stem}", path, path.parent / "eval" / path.stem,
                             _stored_args(path))
     raise BackboneNotFoundError(
-        f"no backbone at {path!r}; expected a run folder with backbone.pt (runs/<name>), a backbone "
+        f"no backbone at {path}; expected a run folder with backbone.pt (runs/<name>), a backbone "
         "file, <state dict file>:<arch>, timm:<name>, or 'random'")
 
 

@@ -48,6 +48,7 @@ from .output_dirs import check_outputs
 from .report import compare_dir, markdown_table, write_text
 from .settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
 from .square_images import load_images
+from .tb_events import event_writer
 
 MEASURE_LIST = Rule(lambda v: isinstance(v, list) and len(v) > 0 and all(m in MEASURES for m in v),
                     f"a non-empty list of measures among {', '.join(MEASURES)}")
@@ -132,9 +133,7 @@ def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.T
 def write_tensorboard(d: Diagnosis, folder: Path) -> None:
     """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. TensorBoard
     cannot draw ∞: infinite values are left out and ``<tag>_infinite`` is 1 at that block."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    with SummaryWriter(str(folder / "tb")) as writer:
+    with event_writer(folder) as writer:
         for name, value in scalars(d).items():
             tag, _, block = name.partition("/block")
             step = int(block) if block else 0

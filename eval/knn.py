@@ -10,7 +10,8 @@ vote never counts: DINO's sort places zero-vote classes in any order). All ``ks`
 ``report_k`` (20, "usually working the best" in DINO's script) is the headline number. A k above the
 number of training images uses them all (said in the output and the JSON). Accuracies in percent.
 
-Per backbone, ``<run>/eval/knn-<dataset>.json`` (``<out>/<backbone>/`` with ``out=``); the table
+Per backbone, ``<run>/eval/knn-<dataset>.json`` (``<out>/<backbone>/`` with ``out=``) and TensorBoard
+scalars in ``<run>/eval/tb/knn-<dataset>/`` (``write_events``); the table
 (rows backbones, columns k) is printed, and with several backbones written to
 ``<runs_root>/compare/knn-<dataset>.md``. The features are cached and shared with ``make linear``.
 """
@@ -33,6 +34,7 @@ from .global_eval import (GlobalSettings, backbone_features, describe_splits, fe
                           load_splits, resolve_settings, write_json)
 from .output_dirs import check_outputs
 from .report import markdown_table
+from .tb_events import event_writer
 
 RULES = {
     "ks": non_empty_list(Rule(lambda v: is_int(v) and v >= 1, "k"), "integers >= 1"),
@@ -104,6 +106,17 @@ def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
             "config": OmegaConf.to_container(cfg, resolve=True)}
 
 
+def write_events(spec: BackboneSpec, result: dict) -> None:
+    """TensorBoard, in the backbone's ``tb/knn-<dataset>``: top-1 and top-5 against k (step = k), and the
+    reported top-1 at step 0."""
+    stem = f"knn-{result['dataset']}"
+    with event_writer(spec.out_dir, stem) as writer:
+        for k, s in result["k"].items():
+            writer.add_scalar(f"{stem}/top1_per_k", s["top1"], int(k))
+            writer.add_scalar(f"{stem}/top5_per_k", s["top5"], int(k))
+        writer.add_scalar(f"{stem}/top1", result["top1"], 0)
+
+
 def run_knn(cfg: DictConfig) -> dict[str, dict]:
     """k-NN on every backbone of ``cfg.ckpt``; returns ``{backbone name: result}``."""
     settings, ks = check_settings(cfg)
@@ -118,6 +131,7 @@ def run_knn(cfg: DictConfig) -> dict[str, dict]:
     for spec in specs:
         r = results[spec.name] = evaluate_backbone(settings, spec, train, val, ks)
         path = write_json(spec.out_dir / f"knn-{settings.dataset}.json", r)
+        write_events(spec, r)
         t = r["timings"]
         note = f" (k {r['k_above_train_images']} above the {r['train_images']} train images: all used)" \
             if r["k_above_train_images"] else ""

@@ -12,8 +12,8 @@ no weight decay, cosine lr over the epochs, lr x batch / 256) on two inputs, tra
 Every learning rate of ``lrs`` trains its own head over the same batches. The reported number of a
 group is the head with the best top-1 on the **val split** after the last epoch, as in DINO, whose
 script reports the best val accuracy it saw (over validated epochs; here over lrs, at the last epoch
-only), so it is an optimistic estimate: there is no held-out test split. When the best lr is the
-lowest or the highest of the sweep, the run warns and the JSON says so (``best_lr_at_edge``).
+only), so it is an optimistic estimate: there is no held-out test split. When the lowest or the highest lr
+of the sweep scores strictly better than every other, the run warns and the JSON says so (``best_lr_at_edge``).
 
 No augmentation: DINO trains its linear layer on random resized crops and flips of each image,
 which needs a backbone pass per image and epoch; here the features are cached
@@ -21,7 +21,8 @@ which needs a backbone pass per image and epoch; here the features are cached
 sees the same feature of an image. That is the usual price of a fast linear evaluation; numbers
 are comparable between backbones of this suite, not to DINO's published ones.
 
-Per backbone, ``<run>/eval/linear-<dataset>.json``; the table (rows backbones, top-1 / top-5 / best
+Per backbone, ``<run>/eval/linear-<dataset>.json`` and TensorBoard scalars in
+``<run>/eval/tb/linear-<dataset>/`` (``write_events``); the table (rows backbones, top-1 / top-5 / best
 lr per input) is printed, and with several backbones written to ``<runs_root>/compare/linear-<dataset>.md``.
 """
 from __future__ import annotations
@@ -41,8 +42,10 @@ from .backbones import BackboneSpec, resolve_backbones
 from .global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
                           load_splits, resolve_settings, write_json)
 from .linear_heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
+from .lr_sweep import sweep_edge
 from .output_dirs import check_outputs
 from .report import markdown_table
+from .tb_events import event_writer
 
 GROUPS = ("cls", "cls+avgpool")
 RULES = {
@@ -73,14 +76,16 @@ def train_and_score(train_inputs: dict[str, torch.Tensor], train_y: torch.Tensor
         sweep = [dict(lr=lrs[j], **scores[(g, j)], final_train_loss=losses[(g, j)][-1]) for j in range(len(lrs))]
         best = best_lr_index(sweep)
         out[g] = {"top1": sweep[best]["top1"], "top5": sweep[best]["top5"], "best_lr": lrs[best],
-                  "best_lr_at_edge": len(lrs) > 1 and best in (0, len(lrs) - 1), "dim": int(train_inputs[g].shape[1]),
+                  "best_lr_at_edge": sweep_edge(lrs, [(s["top1"], s["top5"] or 0.0) for s in sweep]), "dim": int(train_inputs[g].shape[1]),
                   "sweep": sweep}
     out["train_s"] = train_s
+    out["losses"] = losses
     return out
 
 
-def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any, val: Any) -> dict:
-    """Features (cached), heads and scores of one backbone, as its JSON."""
+def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any,
+                      val: Any) -> tuple[dict, dict[tuple[str, int], list[float]]]:
+    """Features (cached), heads and scores of one backbone: its JSON, and each head's loss per epoch."""
     cfg, device = settings.cfg, settings.device
     feats = backbone_features(settings, spec, train, val)
 
@@ -92,7 +97,7 @@ def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
                              feats.val.valid_labels().to(device), train.num_classes, lrs, epochs=int(cfg.epochs),
                              batch_size=int(cfg.batch_size), seed=int(cfg.seed), progress=bool(cfg.progress),
                              desc=f"{spec.name}: linear")
-    train_s = result.pop("train_s")
+    train_s, losses = result.pop("train_s"), result.pop("losses")
     return {"evaluation": "linear", "dataset": settings.dataset, "backbone": spec.name,
             "checkpoint": str(spec.path) if spec.path else spec.kind, "groups": result,
             "selection": "best val top-1 over lrs, last epoch (no test split: optimistic, as DINO's best val accuracy)",
@@ -101,7 +106,21 @@ def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
             "crop": settings.crop, **features_summary(feats),
             "timings": {"features_s": feats.extract_s, "train_s": train_s, "total_s": feats.total_s + train_s,
                         "cache_reused": feats.reused},
-            "config": OmegaConf.to_container(cfg, resolve=True)}
+            "config": OmegaConf.to_container(cfg, resolve=True)}, losses
+
+
+def write_events(spec: BackboneSpec, result: dict, losses: dict[tuple[str, int], list[float]]) -> None:
+    """TensorBoard, in the backbone's ``tb/linear-<dataset>``, per input: each lr's training loss per epoch,
+    its val top-1 after the last epoch, and the best val top-1 (lrs unscaled, as configured)."""
+    stem, epochs, scale = f"linear-{result['dataset']}", result["epochs"], result["lr_scale"]
+    with event_writer(spec.out_dir, stem) as writer:
+        for g, x in result["groups"].items():
+            for j, s in enumerate(x["sweep"]):
+                lr = f"{s['lr'] / scale:g}"
+                for epoch, loss in enumerate(losses[(g, j)], 1):
+                    writer.add_scalar(f"{stem}/{g}/train_loss/lr={lr}", loss, epoch)
+                writer.add_scalar(f"{stem}/{g}/val_top1/lr={lr}", s["top1"], epochs)
+            writer.add_scalar(f"{stem}/{g}/val_top1/best", x["top1"], epochs)
 
 
 def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict]) -> str:
@@ -132,16 +151,18 @@ def run_linear(cfg: DictConfig) -> dict[str, dict]:
           f"{cfg.epochs} epochs, backbones: {', '.join(s.name for s in specs)}", flush=True)
     results = {}
     for spec in specs:
-        r = results[spec.name] = evaluate_backbone(settings, spec, train, val)
+        r, losses = evaluate_backbone(settings, spec, train, val)
+        results[spec.name] = r
         path = write_json(spec.out_dir / f"linear-{settings.dataset}.json", r)
+        write_events(spec, r, losses)
         t = r["timings"]
         for g in GROUPS:
             x = r["groups"][g]
             top5 = "" if x["top5"] is None else f", top-5 {x['top5']:.1f}"
             print(f"  {spec.name} {g}: top-1 {x['top1']:.1f}{top5} at lr {x['best_lr'] / r['lr_scale']:g}", flush=True)
             if x["best_lr_at_edge"]:
-                print(f"  warning: {spec.name} {g}: the best lr is at the edge of the sweep {list(cfg.lrs)}; "
-                      "widen lrs", flush=True)
+                print(f"  warning: {spec.name} {g}: the best lr is the {x['best_lr_at_edge']} of the sweep "
+                      f"{list(cfg.lrs)}; the optimum may lie beyond it (widen lrs)", flush=True)
         print(f"  {spec.name}: [features {t['features_s']:.0f} s{' (cached)' if t['cache_reused'] else ''}, "
               f"heads {t['train_s']:.0f} s] -> {path}", flush=True)
     caption = (f"Linear evaluation on {settings.dataset}: val top-1 / top-5 (%) of the best of lrs {list(cfg.lrs)} "

@@ -42,6 +42,7 @@ from .square_images import load_images
 from .pca_maps import pca_rows
 from .report import compare_dir
 from .settings_rules import BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
+from .tb_events import event_writer
 
 FEATURES = ("out", "k", "q", "v")
 
@@ -79,11 +80,9 @@ def grid_figure(x: torch.Tensor, names: list[str], maps: list[list[np.ndarray]],
 
 
 def _save(fig, path: Path, tag: str) -> Path:
-    from torch.utils.tensorboard import SummaryWriter
-
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
-    with SummaryWriter(str(path.parent / "tb")) as writer:
+    with event_writer(path.parent) as writer:
         writer.add_figure(tag, fig, 0)  # closes the figure
     return path
 

@@ -15,7 +15,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,10 +23,12 @@ from omegaconf import OmegaConf
 
 from .feature_cache import FeatureCache
 from .linear_probe import LinearHeads, evaluate_full, upsample_argmax
+from .lr_sweep import sweep_edge
 from .probe_compute import ProbeRun, best_index, ids_hash
 from .probe_figures import example_figure, figure_array, save_prediction
 from .probe_settings import GROUPS, ProbeSettings
 from .report import write_text
+from .tb_events import event_writer
 
 
 def pct(x: float | None) -> float | None:
@@ -41,22 +43,7 @@ def reset_dir(path: Path) -> Path:
 
 def open_writers(settings: ProbeSettings, out_dir: Path) -> dict[str, Any]:
     """One fresh TensorBoard folder per head group, ``tb/probe-<dataset>[-ms]``."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    return {g: SummaryWriter(str(reset_dir(out_dir / "tb" / f"probe-{settings.dataset}{GROUPS[g][0]}")))
-            for g in settings.groups}
-
-
-def sweep_edge(lrs: Sequence[float], best: int) -> str | None:
-    """``"highest"`` or ``"lowest"`` when the best of a sweep of several lrs is its largest or smallest
-    value (the optimum may lie outside the sweep), else None."""
-    if len(lrs) < 2:
-        return None
-    if lrs[best] == max(lrs):
-        return "highest"
-    if lrs[best] == min(lrs):
-        return "lowest"
-    return None
+    return {g: event_writer(out_dir, f"probe-{settings.dataset}{GROUPS[g][0]}") for g in settings.groups}
 
 
 def _figure(path: Path, heads: LinearHeads, key: tuple[str, int], cache: FeatureCache, dataset: Any, count: int,
@@ -74,7 +61,8 @@ def _figure(path: Path, heads: LinearHeads, key: tuple[str, int], cache: Feature
             targets.append(target)
             logits = heads.group_logits(key[0], feats)
             preds.append(upsample_argmax(logits, target.shape, heads.num_classes)[key[1]].cpu().numpy())
-    return example_figure(path, images, targets, preds, [dataset.ids[int(i)] for i in picks], heading)
+    return example_figure(path, images, targets, preds, [dataset.ids[int(i)] for i in picks], heading,
+                          dataset.class_names)
 
 
 def _save_predictions(settings: ProbeSettings, run: ProbeRun, val_ds: Any, key: tuple[str, int], folder: Path) -> Path:
@@ -99,7 +87,7 @@ def group_result(settings: ProbeSettings, run: ProbeRun, group: str, train_ds: A
               "final_train_loss": (run.trained.losses[(group, j)] or [None])[-1]} for j, lr in enumerate(lrs)]
     best = best_index(run, group)
     key, conf = (group, best), run.conf[(group, best)]
-    edge = sweep_edge(lrs, best)
+    edge = sweep_edge(lrs, [run.conf[(group, j)].miou() for j in range(len(lrs))])
     if edge:
         print(f"  warning: {spec.name} {title}: the best lr {lrs[best]:g} is the {edge} of the sweep {lrs}; "
               f"the optimum may lie beyond it (extend lrs=[...])", flush=True)

@@ -3,7 +3,7 @@
 
 An image that cannot be decoded is skipped and counted: the next readable image takes its row,
 under its own name (a PCA row is never labelled with one file and drawn from another), and the run
-prints how many were skipped. When none of the images can be read, the run stops with one sentence.
+prints which were skipped. When none of the images can be read, the run stops with one sentence.
 """
 from __future__ import annotations
 
@@ -60,6 +60,6 @@ def load_images(cfg: DictConfig) -> SquareImages:
     if not names:
         raise MalformedDatasetError(f"none of the {len(files)} images of {source} could be read, e.g. {skipped[0]}")
     if skipped:
-        print(f"warning: {len(skipped)} unreadable images of {source} were skipped, e.g. {skipped[0]}; "
+        print(f"warning: {len(skipped)} unreadable images of {source} were skipped: {', '.join(skipped)}; "
               f"the next readable ones are used ({len(names)} images)", flush=True)
     return SquareImages(names, torch.stack(tensors), source, skipped)

@@ -26,6 +26,7 @@ from skipless.data.conventions import IMAGENET_STD as STD
 
 from .corloc import THRESHOLD, best_iou
 from .report import markdown_table, write_text
+from .tb_events import event_writer
 from .tokencut_result import UNDEFINED_SHARE, BackboneResult
 
 UNDEFINED_NOTE = (f"undefined: more than {UNDEFINED_SHARE:.0f}% of the block's graphs have no unique Ncut vector "
@@ -100,8 +101,6 @@ def draw_examples(result: BackboneResult, block: int, title: str):
 
 def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: torch.device) -> dict[str, Any]:
     """JSON, CSV, figure and TensorBoard events of one backbone, in its ``out_dir``."""
-    from torch.utils.tensorboard import SummaryWriter
-
     out = result.spec.out_dir
     out.mkdir(parents=True, exist_ok=True)
     stem = output_stem(cfg)
@@ -136,7 +135,7 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
                  else f"undefined ({ambiguous[shown]:.0f}% ambiguous graphs)")
         fig = draw_examples(result, shown, f"{result.spec.name}, {cfg.dataset}, block {shown} ({cfg.feature}): {score}")
         fig.savefig(out / f"{stem}.png", dpi=80)
-    with SummaryWriter(str(out / "tb")) as writer:
+    with event_writer(out) as writer:
         for b, v in scores.items():
             if b not in undefined:
                 writer.add_scalar(f"{stem}/corloc_per_block", v, b)

@@ -344,3 +344,11 @@ def test_unknown_name_lists_the_readers_and_every_reader_is_registered():
     with pytest.raises(UnknownDatasetError, match="unknown classification dataset .mnist.") as error:
         classification_split("mnist", "data", "train")
     assert all(name in str(error.value) for name in READERS)
+
+
+def test_a_data_root_that_is_imagenets_train_folder_says_to_give_the_folder_above(tmp_path):
+    root = _imagenet(tmp_path / "imagenet")
+    with pytest.raises(DatasetNotFoundError) as err:
+        classification_split("imagenet", root / "train", "train")
+    assert (f"the data root {root / 'train'} is the dataset's own folder train; give the folder that holds it "
+            f"instead, DATA_ROOT={root} (expected") in str(err.value)

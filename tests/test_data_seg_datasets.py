@@ -152,3 +152,51 @@ def test_mirrored_flips_image_and_labels_together(tmp_path):
     i = ds.ids.index(flipped.ids[0])
     assert np.array_equal(flipped.mask(0), ds.mask(i)[:, ::-1])
     assert np.array_equal(np.asarray(flipped.image(0)), np.asarray(ds.image(i))[:, ::-1])
+
+
+def test_an_rgb_label_map_is_found_from_png_headers_when_the_split_is_built(tmp_path):
+    from skipless.data.label_modes import png_mode
+
+    write_ade20k(tmp_path, "training", [(1, 0), (2, 0)])
+    write_ade20k(tmp_path, "validation", [(1, 0), (2, 0), (3, 0)])
+    labels = tmp_path / "ADEChallengeData2016" / "annotations" / "validation"
+    for name in ("ADE_val_00000002.png", "ADE_val_00000003.png"):  # coloured visualisations saved as labels
+        Image.new("RGB", (44, 36), (120, 0, 0)).save(labels / name)
+    truncated = labels / "ADE_val_00000003.png"
+    truncated.write_bytes(truncated.read_bytes()[:40])  # the header alone says RGB: nothing is decoded
+    assert png_mode(truncated) == "RGB" and png_mode(labels / "ADE_val_00000001.png") == "L"
+    assert build_split("ade20k", tmp_path, "training").ids  # the training split is sound
+    with pytest.raises(MalformedDatasetError) as err:
+        build_split("ade20k", tmp_path, "validation")
+    assert str(err.value) == (f"mask '{labels / 'ADE_val_00000002.png'}' has mode 'RGB' (as have 1 more of the 3 "
+                              "label files); expected a palette (P) or index (L) PNG whose pixel values are class "
+                              "indices; see data/README.md")
+    (labels / "ADE_val_00000002.png").write_bytes(b"GIF89a not a png at all....")
+    with pytest.raises(MalformedDatasetError, match="ADE_val_00000002.png' is not a PNG file"):
+        build_split("ade20k", tmp_path, "validation", subset=2, seed=0)
+
+
+@pytest.mark.parametrize("name, inside, split", [
+    ("ade20k", "ADEChallengeData2016", "training"), ("voc", "VOCdevkit", "train"), ("voc", "VOCdevkit/VOC2012", "train"),
+])
+def test_a_data_root_that_is_the_datasets_own_folder_says_which_folder_to_give(tmp_path, name, inside, split):
+    (tmp_path / inside).mkdir(parents=True)
+    with pytest.raises(DatasetNotFoundError) as err:
+        build_split(name, tmp_path / inside, split)
+    message = str(err.value)
+    assert f"the dataset's own folder {inside.split('/')[0]}; give the folder that holds it instead, " \
+           f"DATA_ROOT={tmp_path} (expected" in message and "\n" not in message
+
+
+def test_missing_cocostuff_annotations_name_the_zip_and_where_its_folders_go(tmp_path):
+    write_cocostuff(tmp_path, "val2017", [(1, 0)], [False])
+    (tmp_path / "annotations" / "val2017").rename(tmp_path / "val2017")  # unzipped in the data root
+    with pytest.raises(DatasetNotFoundError) as err:
+        build_split("cocostuff", tmp_path, "val2017")
+    assert (f"{tmp_path / 'val2017'} is there: stuffthingmaps_trainval2017.zip unzips to train2017/ and val2017/, "
+            f"which go under {tmp_path / 'annotations'}/ (move both there)") in str(err.value)
+    (tmp_path / "val2017").rename(tmp_path / "elsewhere")
+    with pytest.raises(DatasetNotFoundError) as err:
+        build_split("cocostuff", tmp_path, "val2017")
+    assert "stuffthingmaps_trainval2017.zip unzips to train2017/ and val2017/; put both under " \
+           f"{tmp_path / 'annotations'}/" in str(err.value)

@@ -30,3 +30,25 @@ def test_an_unknown_model_argument_is_a_user_error_listing_the_valid_values(kwar
     with pytest.raises(ModelArgumentError, match="expected") as err:
         create_vit("vit_tiny", depth=1, **kwargs)
     assert isinstance(err.value, SkiplessError)
+
+
+class _Malformed:
+    """A dataset whose second item breaks its layout, as a reader in a loader worker finds it."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        from skipless.data.errors import MalformedDatasetError
+        if index == 1:
+            raise MalformedDatasetError("mask 'x.png' is 40x36 but its image is 44x36; see data/README.md")
+        return index
+
+
+def test_an_error_raised_in_a_loader_worker_is_the_same_one_sentence():
+    from torch.utils.data import DataLoader
+
+    for workers in (0, 1):
+        with pytest.raises(SystemExit) as stop:
+            exit_on_user_error(lambda: list(DataLoader(_Malformed(), batch_size=1, num_workers=workers)))
+        assert stop.value.code == "error: mask 'x.png' is 40x36 but its image is 44x36; see data/README.md"

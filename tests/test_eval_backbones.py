@@ -22,8 +22,27 @@ def _run(root, name, residual="skip", seed=0):
 
 def test_split_items_accepts_spaces_commas_and_lists():
     assert split_items(" runs/a  runs/b,random ") == ["runs/a", "runs/b", "random"]
-    assert split_items(["runs/a runs/b", "random"]) == ["runs/a", "runs/b", "random"]
+    assert split_items(["runs/a", "random"]) == ["runs/a", "random"]
     assert split_items(None) == [] and split_items("") == []
+
+
+def test_items_are_split_like_a_shell_line_so_a_path_with_spaces_or_commas_can_be_named(tmp_path):
+    assert split_items('"runs/my run" random') == ["runs/my run", "random"]
+    assert split_items("runs/my\\ run,'runs/a,b' random") == ["runs/my run", "runs/a,b", "random"]
+    assert split_items(["runs/my run", "random"]) == ["runs/my run", "random"]  # a list: each element is one item
+    run, _ = _run(tmp_path, "my run, 2")
+    assert split_items(str(run)) == [str(run)]  # an existing path (its quotes already taken off by the config)
+    specs = resolve_backbones(f'"{run}" random', runs_root=tmp_path)
+    assert [s.name for s in specs] == ["my run, 2", "random"] and specs[0].out_dir == run / "eval"
+
+
+def test_a_ckpt_that_cannot_be_split_and_a_missing_path_are_one_plain_sentence(tmp_path):
+    with pytest.raises(BackboneNotFoundError, match="quote an item that holds spaces") as err:
+        split_items('"runs/my run random')
+    assert "\n" not in str(err.value)
+    with pytest.raises(BackboneNotFoundError) as err:
+        resolve_backbones(f'"{tmp_path / "no such"}"', runs_root=tmp_path)
+    assert str(err.value).startswith(f"no backbone at {tmp_path / 'no such'}; ") and "PosixPath" not in str(err.value)
 
 
 def test_default_is_the_newest_run_and_loads_its_weights(tmp_path):

@@ -194,4 +194,4 @@ def test_make_passes_only_what_is_set(target):
 
     assert line() == f"python -m eval.{target}"
     assert line("CKPT=runs/a random", "DATASET=default", "OUT=/tmp/o", "ARGS=seed=1") == \
-        f'python -m eval.{target} dataset=default ckpt="runs/a random" out=/tmp/o seed=1'
+        f"python -m eval.{target} dataset=default 'ckpt='\\''runs/a random'\\''' 'out='\\''/tmp/o'\\''' seed=1"

@@ -39,6 +39,14 @@ def test_the_reported_lr_is_the_best_on_val_and_a_useless_lr_is_never_chosen():
     assert out["a"]["best_lr"] == 1e-2 and out["a"]["top1"] == sweep[1]["top1"] and out["a"]["best_lr_at_edge"]
 
 
+def test_a_sweep_where_every_lr_ties_is_not_at_its_edge(capsys):
+    x, y = separable(30, classes=3)
+    xv, yv = separable(10, classes=3, seed=1)
+    out = train_and_score({"a": x}, y, {"a": xv}, yv, 3, [1e-3, 1e-2, 1e-1], epochs=30, batch_size=32)
+    assert [s["top1"] for s in out["a"]["sweep"]] == [100.0] * 3  # all tie: no optimum beyond the sweep
+    assert out["a"]["best_lr_at_edge"] is None
+
+
 def test_best_lr_index_breaks_ties_by_top5_then_by_order():
     assert best_lr_index([{"top1": 50, "top5": 90}, {"top1": 70, "top5": 80}, {"top1": 60, "top5": 99}]) == 1
     assert best_lr_index([{"top1": 70, "top5": 80}, {"top1": 70, "top5": 95}]) == 1
@@ -99,6 +107,21 @@ def test_make_linear_end_to_end_reuses_the_knn_cache_and_writes_json_and_table(t
     table = (tmp_path / "runs" / "compare" / "linear-colours.md").read_text()
     assert "| tiny |" in table and "| random |" in table and "cls+avgpool top-1" in table
     assert table.split("\n\n", 1)[1] in out
+    # TensorBoard beside the probe's and TokenCut's, one folder per evaluation in each backbone's eval/tb
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    knn_result = json.loads((run / "eval" / "knn-colours.json").read_text())
+    for backbone in (run, tmp_path / "runs" / "random-vit_tiny-skipless-timm"):
+        knn_events = EventAccumulator(str(backbone / "eval" / "tb" / "knn-colours")).Reload()
+        assert [(e.step, e.value) for e in knn_events.Scalars("knn-colours/top1_per_k")][0][0] == 3
+        events = EventAccumulator(str(backbone / "eval" / "tb" / "linear-colours")).Reload()
+        tags = set(events.Tags()["scalars"])
+        assert {f"linear-colours/{g}/{t}" for g in ("cls", "cls+avgpool")
+                for t in ("val_top1/best", "val_top1/lr=0.01", "train_loss/lr=1")} <= tags
+        assert [e.step for e in events.Scalars("linear-colours/cls/train_loss/lr=0.1")] == list(range(1, 16))
+    (best,) = EventAccumulator(str(run / "eval" / "tb" / "linear-colours")).Reload().Scalars("linear-colours/cls/val_top1/best")
+    assert best.step == 15 and best.value == pytest.approx(result["groups"]["cls"]["top1"])
+    (top1,) = EventAccumulator(str(run / "eval" / "tb" / "knn-colours")).Reload().Scalars("knn-colours/top1")
+    assert top1.value == pytest.approx(knn_result["top1"])
 
 
 @pytest.mark.parametrize("bad, says", [

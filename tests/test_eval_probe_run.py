@@ -8,7 +8,7 @@ from PIL import Image
 
 from eval.miou import ConfusionMatrix
 from eval.probe import main
-from eval.probe_outputs import sweep_edge
+from eval.lr_sweep import sweep_edge
 from eval.probe_settings import round_to_patch, spread_layers
 from skipless.data.segmentation import VOCSegDataset
 from skipless.models import create_vit, save_backbone
@@ -145,11 +145,15 @@ def test_multiscale_blocks_are_spread_over_the_depth():
     assert spread_layers(12, 1) == [11] and spread_layers(6, 3) == [1, 3, 5] and spread_layers(2, 4) == [0, 1]
 
 
-def test_sweep_edge_flags_a_best_lr_at_either_end_only():
+def test_sweep_edge_flags_an_edge_lr_only_when_it_is_strictly_best():
     lrs = [1e-4, 1e-3, 1e-2]
-    assert [sweep_edge(lrs, i) for i in range(3)] == ["lowest", None, "highest"]
-    assert sweep_edge([1e-2, 1e-3, 1e-4], 0) == "highest"  # by value, not position
-    assert sweep_edge([1e-3], 0) is None
+    assert sweep_edge(lrs, [0.5, 0.4, 0.3]) == "lowest" and sweep_edge(lrs, [0.3, 0.4, 0.5]) == "highest"
+    assert sweep_edge(lrs, [0.3, 0.5, 0.4]) is None
+    assert sweep_edge([1e-2, 1e-3, 1e-4], [0.5, 0.4, 0.3]) == "highest"  # by value, not position
+    assert sweep_edge([1e-3], [0.5]) is None
+    # every lr ties (a 3-class set at 100%), or an inner lr ties with the edge: the sweep holds an optimum
+    assert sweep_edge(lrs, [1.0, 1.0, 1.0]) is None and sweep_edge(lrs, [0.3, 0.5, 0.5]) is None
+    assert sweep_edge(lrs, [float("nan"), 0.2, None]) is None and sweep_edge(lrs, [None, None, 0.1]) == "highest"
 
 
 def test_bench_naive_probe_matches_the_cached_one(setup):
@@ -176,3 +180,31 @@ def test_widening_the_sweep_upwards_leaves_the_first_heads_unchanged(setup):
         assert b["miou"] == pytest.approx(a["miou"], abs=1e-3) and b["final_train_loss"] == pytest.approx(
             a["final_train_loss"], rel=1e-5)
     assert wide["miou"] >= narrow["miou"] - 1e-3
+
+
+def test_the_example_figure_has_a_legend_of_the_classes_it_shows():
+    from PIL import Image as PILImage
+
+    from eval.probe_figures import draw_examples
+
+    names = ("background", "cat", "dog", "car", "bus")
+    target = np.array([[0, 1], [255, 1]], dtype=np.uint8)
+    pred = np.array([[0, 3], [3, 1]], dtype=np.uint8)
+    fig = draw_examples([PILImage.new("RGB", (2, 2))], [target], [pred], ["img0"], "heading", names)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["background", "cat", "car", "ignored"]  # no dog, no bus
+    assert all(t.get_fontsize() >= 8 for t in legend.get_texts())
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def test_an_rgb_val_mask_is_one_sentence_before_any_feature_is_extracted(setup, capsys):
+    tmp, data, args = setup
+    masks = data / "VOCdevkit" / "VOC2012" / "SegmentationClass"
+    val = VOCSegDataset(data, "val", name="default")
+    Image.new("RGB", (48, 40), (128, 0, 0)).save(masks / f"{val.ids[-1]}.png")
+    with pytest.raises(SystemExit) as err:
+        main(args + [f"ckpt={tmp / 'runs' / 'tiny'}", "num_workers=1"])
+    assert str(err.value) == (f"error: mask '{masks / val.ids[-1]}.png' has mode 'RGB'; expected a palette (P) or "
+                              "index (L) PNG whose pixel values are class indices; see data/README.md")
+    assert "features" not in capsys.readouterr().out and not (tmp / "runs" / "tiny" / "eval").exists()

@@ -195,12 +195,14 @@ def test_pca_skips_and_counts_unreadable_images_and_names_each_row_by_its_file(s
     for name in ("a.png", "c.png"):
         Image.fromarray(np.full((40, 50, 3), 200, dtype=np.uint8)).save(folder / name)
     (folder / "b.png").write_text("not an image")
-    written = pca.run(load_config("pca", _argv("pca", root, data, run, f"images={folder}", "num_images=3",
+    (folder / "bb.png").write_bytes(b"")
+    written = pca.run(load_config("pca", _argv("pca", root, data, run, f"images={folder}", "num_images=2",
                                                f"out={tmp_path / 'out'}")))
-    assert written["skipped"] == ["b.png (UnidentifiedImageError)"]
-    assert "warning: 1 unreadable images of images=" in capsys.readouterr().out
+    assert written["skipped"] == ["b.png (UnidentifiedImageError)", "bb.png (UnidentifiedImageError)"]
+    assert (f"warning: 2 unreadable images of images={folder} were skipped: b.png (UnidentifiedImageError), "
+            "bb.png (UnidentifiedImageError); the next readable ones are used (2 images)") in capsys.readouterr().out
     (folder / "a.png").write_text("broken too")
     (folder / "c.png").write_bytes(b"\x89PNG\r\n")
     with pytest.raises(SystemExit) as err:
         pca.main(_argv("pca", root, data, run, f"images={folder}", f"out={tmp_path / 'out'}"))
-    assert str(err.value).startswith("error: none of the 3 images of images=") and "\n" not in str(err.value)
+    assert str(err.value).startswith("error: none of the 4 images of images=") and "\n" not in str(err.value)

@@ -46,7 +46,24 @@ def _eval_line(target: str, *args: str) -> str:
 def test_make_evaluators_pass_only_what_is_set(target):
     assert _eval_line(target) == f"python -m eval.{target}"
     line = _eval_line(target, "CKPT=runs/a random", "LAYER=-1", "OUT=/tmp/o")
-    assert 'ckpt="runs/a random"' in line and "layers=-1" in line and "out=/tmp/o" in line
+    assert "ckpt='\\''runs/a random'\\''" in line and "layers=-1" in line and "out='\\''/tmp/o'\\''" in line
+
+
+@pytest.mark.parametrize("target", ["probe", "tokencut", "pca", "conditioning", "knn", "linear"])
+def test_paths_with_spaces_quotes_and_commas_reach_the_evaluator_as_typed(target):
+    """CKPT='"runs/my run" random' names two backbones; OUT= a folder with a space: through make, the
+    shell and the config parser, the evaluator reads what the user typed."""
+    import sys
+
+    from eval.backbones import split_items
+    from skipless.config import load_config
+
+    echo = f"{sys.executable} -c 'import sys; print(*sys.argv[1:], sep=chr(10))'"
+    out = subprocess.run(["make", "-s", "STAMP=", f"PY={echo}", target,
+                          """CKPT="runs/my run",'runs/bob''s' random""", "OUT=/tmp/my results"],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.splitlines()
+    cfg = load_config(target, [a for a in out if a.startswith(("ckpt=", "out="))])
+    assert split_items(cfg.ckpt) == ["runs/my run", "runs/bobs", "random"] and cfg.out == "/tmp/my results"
 
 
 def test_make_train_maps_each_variable_set_onto_its_key():
@@ -77,3 +94,12 @@ def test_make_paper_maps_exp_scale_and_dry():
     assert dry_run("paper").split() == ["python", "-m", "paper"]
     words = dry_run("paper", "EXP=table2", "SCALE=full", "DRY=1", "ARGS=cluster=local").split()
     assert words[3:] == ["exp=table2", "scale=full", "dry_run=true", "cluster=local"]
+
+
+def test_make_tensorboard_listens_on_localhost_unless_host_is_given_on_the_make_line(monkeypatch):
+    assert _eval_line("tensorboard") == "python -m tensorboard.main --logdir runs --host 127.0.0.1 --port 6006"
+    assert _eval_line("tensorboard", "HOST=0.0.0.0", "PORT=7000").endswith("--host 0.0.0.0 --port 7000")
+    monkeypatch.setenv("HOST", "myhost")  # what some shells export: not a request to serve the network
+    assert "--host 127.0.0.1 " in _eval_line("tensorboard")
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "PORT=6006 HOST=127.0.0.1" in out and "HOST=0.0.0.0" in out

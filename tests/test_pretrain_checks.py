@@ -69,6 +69,7 @@ def run_main(tmp_path, capsys, *args: str) -> tuple[int, str]:
                                     "(16-bit weights, as bf16-true and 16-true keep them, lose the EMA teacher's"),
     (["optim=soap", "optim.precondition_frequency=0"], "optim.precondition_frequency must be an integer >= 1, got 0"),
     (["train.epochs=2.5"], "train.epochs must be an integer >= 1, got 2.5"),
+    (["run.name=two\nlines"], "run.name must be null or a folder name without '/' or control characters, got 'two\\nlines'"),
 ])
 def test_bad_values_are_one_sentence_before_anything_is_written(tmp_path, capsys, args, message):
     code, err = run_main(tmp_path, capsys, f"data.root={tmp_path / 'data'}", *args)
@@ -137,21 +138,26 @@ def test_divergence_names_the_checkpoint_only_when_it_exists_and_a_third_of_the_
     assert f"the last good checkpoint {run / 'checkpoints' / 'last.ckpt'} is kept" in later
 
 
-@pytest.mark.filterwarnings("ignore::skipless.data.errors.CorruptImageWarning")
 @pytest.mark.parametrize("workers", [0, 2])
-def test_skipped_images_are_totalled_over_workers_and_stored_in_the_summary(tmp_path, capsys, workers):
-    # 7 readable images + 1 broken, batches of 4: every index is drawn once per epoch, the broken
-    # file once, so each of the 2 epochs skips exactly one image.
-    images = write_images(tmp_path / "images", good=7, broken=1)
+def test_each_unreadable_image_is_counted_and_named_once_and_the_total_said_at_the_end(tmp_path, capfd, workers):
+    # 5 readable images + 3 empty files in a row (the reader serves the next index in place of an
+    # unreadable one, so they are read 3 + 2 + 1 times an epoch), over 2 epochs and 0 or 2 workers
+    images = write_images(tmp_path / "images", good=5)
+    for i in range(3):
+        (images / f"zz_empty{i}.jpg").write_bytes(b"")
     cfg = load_config("pretrain", [*TINY_FOLDER, f"data.root={images}", f"run.root={tmp_path / 'runs'}",
                                    f"train.num_workers={workers}"])
-    pretrain(cfg)  # the CorruptImageWarning comes from a worker process when workers > 0
-    out = capsys.readouterr().out
-    assert "epoch 1: 1 unreadable images skipped (1 in this run so far" in out
-    assert "epoch 2: 1 unreadable images skipped (2 in this run so far" in out
-    assert "run end: 2 unreadable images skipped in all" in out
+    pretrain(cfg)
+    captured = capfd.readouterr()
+    said = captured.out + captured.err
+    for i in range(3):
+        assert said.count(f"zz_empty{i}.jpg") == 1, said  # named once, in the log of the run
+    assert "epoch 1: 3 unreadable images skipped (3 in this run so far), each counted and named once:" in said
+    assert "epoch 2:" not in said.replace("Epoch 2", "")  # no new file in epoch 2: nothing to say
+    assert "run end: 3 unreadable images skipped in all, each once" in said
     summary = json.loads((run_dir_of(cfg) / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["skipped_images"] == 2
+    assert summary["status"] == "finished" and summary["skipped_images"] == 3
+    assert summary["skipped_files"] == [str(images / f"zz_empty{i}.jpg") for i in range(3)]
     assert summary["epochs_done"] == 2 and summary["epochs"] == 2 and summary["steps"] == 4
     assert math.isfinite(summary["final_loss"])
 

@@ -173,7 +173,7 @@ def test_bad_values_are_one_sentence_before_anything_is_written(tmp_path, capsys
     assert not root.exists()
 
 
-def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_path):
+def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_path, capsys):
     """ImageNet layout (train/<wnid>/, val/<wnid>/) with one truncated JPEG: the run finishes and its
     summary counts the skip."""
     from PIL import Image
@@ -189,10 +189,11 @@ def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_
     bad.write_bytes(bad.read_bytes()[:40])
     cfg = load_config("train", [*(o for o in TINY if not o.startswith("data.")), "dataset=imagenet", f"data.root={root}", f"run.root={tmp_path / 'runs'}",
                                 "train.epochs=1", "train-recipe=demo", "aug.image_size=32"])
-    with pytest.warns(Warning, match="skipping unreadable image .*n01440764_1.JPEG"):
-        train(cfg)
+    train(cfg)
+    assert f"each counted and named once:\n  {bad}\n" in capsys.readouterr().out
     summary = json.loads((run_dir_of(cfg) / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["skipped_images"] >= 1 and summary["steps"] == 2
+    assert summary["status"] == "finished" and summary["skipped_images"] == 1 and summary["steps"] == 2
+    assert summary["skipped_files"] == [str(bad)]
 
 
 def test_training_and_the_evaluators_look_for_a_dataset_in_the_same_place(monkeypatch):

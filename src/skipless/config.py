@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -148,8 +149,13 @@ def _parse_value(text: str):
     """Parse a CLI value as YAML (numbers, booleans, lists, null), keeping plain strings as they are.
 
     ``nan`` and ``inf`` (YAML spells them ``.nan``, ``.inf``), alone or in a list, are read as the floats
-    a user means, so a check can say "got nan" of a learning rate instead of "got 'nan'"."""
-    value = OmegaConf.create({"v": text} if text == "" else f"v: {text}")["v"]
+    a user means, so a check can say "got nan" of a learning rate instead of "got 'nan'". Text that is
+    no YAML value at all (``ckpt="runs/my run" random``: a quoted item, then more) is kept as it is:
+    the key's own rule, or its reader, judges it."""
+    try:
+        value = OmegaConf.create({"v": text} if text == "" else f"v: {text}")["v"]
+    except yaml.YAMLError:
+        return text
     if isinstance(value, (DictConfig, ListConfig)):
         value = OmegaConf.to_container(value)
     return _special_floats(value)

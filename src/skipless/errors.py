@@ -20,10 +20,24 @@ class ModelArgumentError(SkiplessError, ValueError):
     """A model name or argument ``create_vit`` does not know; the message lists the valid ones."""
 
 
+def user_message(err: SkiplessError) -> str:
+    """The error's one sentence, also when it was raised in a DataLoader worker process: PyTorch raises
+    it again in the main process with the worker's whole traceback as its message ("Caught
+    MalformedDatasetError in DataLoader worker process 0. Original Traceback ..."), whose last line is
+    ``<module>.<ErrorName>: <the sentence>``; the sentence is what follows."""
+    text = str(err)
+    if not (text.startswith("Caught ") and "DataLoader worker process" in text.split("\n", 1)[0]):
+        return text
+    marker = f"{type(err).__name__}: "
+    at = text.rfind(marker)
+    return text[at + len(marker):].strip() if at >= 0 else text
+
+
 def exit_on_user_error(body: Callable[[], T]) -> T:
     """Run an entry point's body: a ``SkiplessError`` ends the program with its one sentence on
-    stderr (exit status 1); any other exception is a bug and keeps its traceback."""
+    stderr (exit status 1), the same sentence where a loader worker raised it; any other exception
+    is a bug and keeps its traceback."""
     try:
         return body()
     except SkiplessError as err:
-        raise SystemExit(f"error: {err}") from None
+        raise SystemExit(f"error: {user_message(err)}") from None

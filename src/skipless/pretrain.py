@@ -19,7 +19,7 @@ from torch import nn
 
 from .analysis.diagnostics import MEASURES, DiagnosticSettings
 from .config import load_config
-from .errors import SkiplessError
+from .errors import SkiplessError, user_message
 from .models.from_config import vit_from_config
 from .ssl.dino_module import DINO
 from .summary import pretrain_header
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(pretrain_header(cfg, run_dir, precision=describe_precision(cfg)), flush=True)
         trainer, _ = pretrain(cfg)
     except SkiplessError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {user_message(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"error: {resume_message(argv, run_dir)}", file=sys.stderr)

@@ -16,7 +16,7 @@ import lightning.pytorch as pl
 from omegaconf import DictConfig
 
 from .config import load_config
-from .errors import SkiplessError
+from .errors import SkiplessError, user_message
 from .summary import describe_model, lr_key, peak_lr
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_dir = run_dir_of(cfg)
         trainer, _ = train(cfg)
     except SkiplessError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {user_message(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"error: {resume_message(argv, run_dir, target='train')}", file=sys.stderr)

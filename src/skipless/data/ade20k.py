@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import missing_dataset
+from .errors import missing_dataset, own_folder_hint
 from .segmentation import PairedFolders
 from .voc import IGNORE_INDEX, load_mask
 
@@ -59,7 +59,7 @@ class ADE20K(PairedFolders):
         base = Path(root) / "ADEChallengeData2016"
         title = f"ADE20K ({split})"
         if not base.is_dir():
-            raise missing_dataset(title, base, ADE20K_LAYOUT)
+            raise missing_dataset(title, base, ADE20K_LAYOUT, own_folder_hint(root, ("ADEChallengeData2016",)))
         labels = base / "annotations" / split
         present = set(os.listdir(labels)) if labels.is_dir() else set()
         super().__init__(base / "images" / split, title, ADE20K_LAYOUT,

@@ -16,7 +16,6 @@ k-NN monitor of pretraining does.
 """
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -24,14 +23,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from .errors import MalformedDatasetError, UnknownDatasetError, warn_unreadable
+from .errors import MalformedDatasetError, UnknownDatasetError, UnreadableSkips
 from .image_folder import READ_ERRORS, decode_rgb
 
 SPLITS = ("train", "val")
-log = logging.getLogger(__name__)
 
 
-class LabelledImages:
+class LabelledImages(UnreadableSkips):
     """``(image, label)`` pairs of one split; images read from files or held in memory.
 
     Args:
@@ -54,8 +52,7 @@ class LabelledImages:
         self.name, self.items, self._labels = name, items, labels
         self.class_names = tuple(class_names)
         self.transform = transform
-        self.skipped = 0
-        self._reported: set[int] = set()
+        self._start_skips()
 
     @property
     def num_classes(self) -> int:
@@ -87,14 +84,9 @@ class LabelledImages:
             try:
                 return self.read(i)
             except READ_ERRORS as error:
-                self._skip(i, error)
+                self._skip(i, self.items[i], error)
         raise MalformedDatasetError(f"{self.name}: none of its {len(self)} images can be read")
 
-    def _skip(self, index: int, error: Exception) -> None:
-        self.skipped += 1
-        if index not in self._reported:
-            self._reported.add(index)
-            warn_unreadable(self.items[index], error, log)
 
 
 def _default(root: Path, split: str, transform) -> LabelledImages:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import missing_dataset
 from .segmentation import PairedFolders
 from .voc import IGNORE_INDEX, load_mask
 
@@ -55,6 +56,17 @@ def cocostuff_lut() -> np.ndarray:
     return lut
 
 
+def _annotations_hint(root: Path, split: str) -> str:
+    """Where the label maps go: ``stuffthingmaps_trainval2017.zip`` unpacks to ``train2017/`` and
+    ``val2017/`` with no ``annotations/`` above them, so an unzip in the data root leaves them beside
+    ``images/`` instead of under ``annotations/``."""
+    if (root / split).is_dir():
+        return (f"{root / split} is there: stuffthingmaps_trainval2017.zip unzips to train2017/ and val2017/, which go "
+                f"under {root / 'annotations'}/ (move both there)")
+    return (f"stuffthingmaps_trainval2017.zip unzips to train2017/ and val2017/; put both under "
+            f"{root / 'annotations'}/ (unzip -d {root / 'annotations'} stuffthingmaps_trainval2017.zip)")
+
+
 class COCOStuff(PairedFolders):
     """COCO-Stuff 164k (Caesar et al. 2018), 171 classes.
 
@@ -72,7 +84,9 @@ class COCOStuff(PairedFolders):
         self.name, self.split = "cocostuff", split
         title = f"COCO-Stuff 164k ({split})"
         labels = Path(root) / "annotations" / split
-        present = set(os.listdir(labels)) if labels.is_dir() else set()
+        if not labels.is_dir():
+            raise missing_dataset(f"{title} annotations", labels, COCOSTUFF_LAYOUT, _annotations_hint(Path(root), split))
+        present = set(os.listdir(labels))
 
         def label_path(image_id: str) -> Path | None:
             for name in (f"{image_id}_labelTrainIds.png", f"{image_id}.png"):

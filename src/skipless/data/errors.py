@@ -6,9 +6,10 @@ instead of a bare ``FileNotFoundError`` from deep inside a loader.
 """
 from __future__ import annotations
 
-import logging
 import os
 import warnings
+from pathlib import Path
+from typing import Callable, Sequence
 
 from ..errors import SkiplessError
 
@@ -31,25 +32,71 @@ class CorruptImageWarning(UserWarning):
     """An unreadable image was skipped; training goes on with the next one."""
 
 
-def warn_unreadable(path: object, error: Exception, logger: logging.Logger) -> None:
-    """Say once, as a ``CorruptImageWarning`` and in the log, that the image at ``path`` was skipped."""
-    message = f"skipping unreadable image {path} ({type(error).__name__}: {error})"
-    warnings.warn(message, CorruptImageWarning, stacklevel=4)
-    logger.warning(message)
+def warn_unreadable(path: object, error: Exception) -> None:
+    """Say, as a ``CorruptImageWarning``, that the image at ``path`` was skipped (once: not also in a log
+    line, which printed every file twice)."""
+    warnings.warn(f"skipping unreadable image {path} ({type(error).__name__}: {error})", CorruptImageWarning,
+                  stacklevel=5)
 
 
-def missing_dataset(name: str, root: str | os.PathLike, layout: str) -> DatasetNotFoundError:
+class UnreadableSkips:
+    """What a reader that skips unreadable images keeps, and how it says so.
+
+    Attributes:
+        skipped: how many reads failed in this process (each worker process counts its own).
+        on_unreadable: None, or ``f(index, path, error)``, called instead of the warning the first time
+            this process meets an unreadable file (a training loader's ``SkipTally`` sets it, to say
+            each file once over every worker and rank).
+    """
+
+    def _start_skips(self) -> None:
+        self.skipped = 0
+        self.on_unreadable: Callable[[int, object, Exception], None] | None = None
+        self._reported: set[int] = set()
+
+    def _skip(self, index: int, path: object, error: Exception) -> None:
+        """Count a failed read of the file ``path`` (sample ``index``) and say it, once per process."""
+        self.skipped += 1
+        if index in self._reported:
+            return
+        self._reported.add(index)
+        if self.on_unreadable is not None:
+            self.on_unreadable(index, path, error)
+        else:
+            warn_unreadable(path, error)
+
+
+def own_folder_hint(data_root: str | os.PathLike, own: Sequence[str]) -> str | None:
+    """What to say when the data root is (or lies inside) one of the dataset's own folders (``own``:
+    ``ADEChallengeData2016``, ``VOCdevkit``, ImageNet's ``train``): the folder to give instead, the one
+    that holds it. None when the root is no such folder."""
+    root = Path(data_root)
+    inside = [i for i, part in enumerate(root.parts) if part in own]
+    if not inside:
+        return None
+    holder = Path(*root.parts[:inside[-1]]) if inside[-1] else Path(".")
+    where = "is" if inside[-1] == len(root.parts) - 1 else "lies inside"
+    return (f"the data root {root} {where} the dataset's own folder {root.parts[inside[-1]]}; give the folder "
+            f"that holds it instead, DATA_ROOT={holder}")
+
+
+def missing_dataset(name: str, root: str | os.PathLike, layout: str, hint: str | None = None) -> DatasetNotFoundError:
     """Build the one-sentence error for a dataset that is not at ``root``.
 
     Args:
         name: the dataset as users call it ("PASCAL VOC 2012 segmentation").
         root: the path that was looked at (file or folder).
         layout: the expected layout, relative to the data root, in one line.
+        hint: what to do instead, when the reader can tell (``own_folder_hint``, a zip to unpack ...);
+            it comes first, the layout after it.
 
     Returns:
         The error, for the caller to raise (``raise missing_dataset(...)``) so that the traceback
         points at the reader that needed the data.
     """
+    if hint:
+        return DatasetNotFoundError(f"{name} not found at {os.fspath(root)}: {hint} (expected {layout}; "
+                                    f"see {README})")
     return DatasetNotFoundError(
         f"{name} not found at {os.fspath(root)!r}: expected {layout}; see {README} for how to "
         "get and lay out each dataset (or set DATA_ROOT=).")

@@ -3,18 +3,19 @@
 Labels are unused (DINO is self-supervised), so any folder of images works. The file list is
 sorted, hence the same on every rank and every run. One unreadable image in a million must not
 stop a week of training: it is skipped (the next index is served instead), counted and reported
-once, never fatal.
+once, never fatal. Reported by a ``CorruptImageWarning`` in the process that met it, or, when
+``on_unreadable`` is set (a training loader's ``SkipTally``), by that hook, which says it once over
+every worker and rank.
 """
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Callable
 
 from PIL import Image, UnidentifiedImageError
 
-from .errors import MalformedDatasetError, missing_dataset, warn_unreadable
+from .errors import MalformedDatasetError, UnreadableSkips, missing_dataset
 from .voc import VOCImages
 
 __all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages"]
@@ -22,7 +23,6 @@ __all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages"]
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 LAYOUT = "an image folder, <root>/<class>/<image>.jpg (ImageNet train/) or flat <root>/<image>.jpg"
 READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError)  # what PIL raises on a bad file
-log = logging.getLogger(__name__)
 
 
 def decode_rgb(path: str | os.PathLike) -> Image.Image:
@@ -39,12 +39,12 @@ def list_images(root: Path) -> list[Path]:
     return sorted(found)
 
 
-class ImageFolderDataset:
+class ImageFolderDataset(UnreadableSkips):
     """Every image under ``root``, as a PIL RGB image or ``transform(image)``.
 
     Attributes:
         files: the sorted image paths.
-        skipped: how many reads failed in this process (each worker process counts its own).
+        skipped, on_unreadable: see ``UnreadableSkips``.
     """
 
     def __init__(self, root: str | os.PathLike, transform: Callable[[Image.Image], Any] | None = None) -> None:
@@ -56,19 +56,18 @@ class ImageFolderDataset:
             raise missing_dataset(f"image folder (no {'/'.join(e[1:] for e in EXTENSIONS)} files)",
                                   self.root, LAYOUT)
         self.transform = transform
-        self.skipped = 0
-        self._reported: set[Path] = set()
+        self._start_skips()
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, index: int) -> Any:
         for step in range(len(self.files)):
-            path = self.files[(index + step) % len(self.files)]
+            i = (index + step) % len(self.files)
             try:
-                image = decode_rgb(path)
+                image = decode_rgb(self.files[i])
             except READ_ERRORS as error:
-                self._skip(path, error)
+                self._skip(i, self.files[i], error)
                 continue
             return self.transform(image) if self.transform is not None else image
         raise RuntimeError(f"no image under {self.root} could be read ({self.skipped} failures)")
@@ -88,9 +87,3 @@ class ImageFolderDataset:
         raise MalformedDatasetError(
             f"none of the {len(self.files)} images under data.root={self.root} can be read (first: {first}); "
             "expected readable jpg/png/bmp/webp files; check the copy or point data.root= at another folder")
-
-    def _skip(self, path: Path, error: Exception) -> None:
-        self.skipped += 1
-        if path not in self._reported:
-            self._reported.add(path)
-            warn_unreadable(path, error, log)

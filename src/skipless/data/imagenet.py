@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 from .classification import READERS, LabelledImages
-from .errors import MalformedDatasetError, missing_dataset
+from .errors import MalformedDatasetError, missing_dataset, own_folder_hint
 from .image_folder import list_images
 
 TITLE = "ImageNet"
@@ -64,7 +64,7 @@ def _by_folder(folder: Path, index: dict[str, int] | None) -> tuple[list[Path], 
 def _classes(root: Path) -> list[str]:
     train = root / "train"
     if not train.is_dir():
-        raise missing_dataset(f"{TITLE} train", train, LAYOUT)
+        raise missing_dataset(f"{TITLE} train", train, LAYOUT, own_folder_hint(root, ("train", "val")) if root.name in ("train", "val") else None)
     wnids = sorted(e.name for e in os.scandir(train) if e.is_dir())
     if not wnids:
         raise missing_dataset(f"{TITLE} train (no class folder)", train, LAYOUT)

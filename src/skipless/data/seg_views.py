@@ -41,6 +41,9 @@ class Subset(_View):
     def mask(self, index: int) -> np.ndarray:
         return self.base.mask(self.indices[index])
 
+    def label_file(self, index: int):
+        return self.base.label_file(self.indices[index])
+
 
 class Mirrored(_View):
     """The same images and label maps, flipped left to right (the probe's ``augmentation: flip``)."""

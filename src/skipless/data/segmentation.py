@@ -70,8 +70,11 @@ class VOCSegDataset(LabelledImages):
     def image(self, index: int) -> Image.Image:
         return load_rgb(self._voc.image_dir / f"{self.ids[index]}.jpg")
 
+    def label_file(self, index: int) -> Path:
+        return self._voc.mask_dir / f"{self.ids[index]}.png"
+
     def mask(self, index: int) -> np.ndarray:
-        return self._lut[load_mask(self._voc.mask_dir / f"{self.ids[index]}.png")]
+        return self._lut[load_mask(self.label_file(index))]
 
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from .ade20k import ADE20K
 from .cocostuff import COCOStuff
 from .errors import UnknownDatasetError
+from .label_modes import check_label_modes
 from .seg_views import random_subset
 from .segmentation import VOCSegDataset
 from .voc import voc_dir
@@ -39,7 +40,8 @@ SEGMENTATION_DATASETS: dict[str, Callable[[str, str], Any]] = {
 
 
 def build_split(name: str, root: str | os.PathLike, split: str, subset: int | None = None, seed: int = 0) -> Any:
-    """The reader of split ``split`` of dataset ``name`` at ``root``, optionally a seeded random subset.
+    """The reader of split ``split`` of dataset ``name`` at ``root``, optionally a seeded random subset,
+    each of its label files checked to be a class-index PNG (``label_modes``).
 
     Args:
         name: a key of ``SEGMENTATION_DATASETS``.
@@ -51,5 +53,6 @@ def build_split(name: str, root: str | os.PathLike, split: str, subset: int | No
     if name not in SEGMENTATION_DATASETS:
         raise UnknownDatasetError(f"unknown segmentation dataset {name!r}; expected one of: "
                                   f"{', '.join(SEGMENTATION_DATASETS)}")
-    dataset = SEGMENTATION_DATASETS[name](str(root), str(split))
-    return random_subset(dataset, None if subset is None else int(subset), seed)
+    dataset = random_subset(SEGMENTATION_DATASETS[name](str(root), str(split)), None if subset is None else int(subset), seed)
+    check_label_modes(dataset)  # an RGB label map is said now, not after a split's features were extracted
+    return dataset

@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image
 
 from .conventions import IGNORE_INDEX
-from .errors import MalformedDatasetError, missing_dataset
+from .errors import MalformedDatasetError, missing_dataset, own_folder_hint
 
 VOC_CLASSES: tuple[str, ...] = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
@@ -82,7 +82,7 @@ def class_names_of(voc: Path) -> tuple[str, ...]:
 def read_ids(voc: Path, split: str, kinds: tuple[str, ...], name: str, layout: str) -> list[str]:
     """Image ids of ``ImageSets/<kind>/<split>.txt`` for the first kind whose list exists."""
     if not voc.is_dir():
-        raise missing_dataset(name, voc, layout)
+        raise missing_dataset(name, voc, layout, own_folder_hint(voc.parent.parent, ("VOCdevkit",)))
     for kind in kinds:
         path = voc / "ImageSets" / kind / f"{split}.txt"
         if path.is_file():
@@ -111,13 +111,22 @@ def load_rgb(path: Path) -> Image.Image:
         return image.convert("RGB")
 
 
+MASK_MODES = ("P", "L")  # what a label map may be: palette indices or 8-bit grey values, both class indices
+
+
+def mask_mode_error(path: Path, mode: str | None, more: str = "") -> MalformedDatasetError:
+    """The one sentence for a label file that is not a class-index PNG (``mode`` None: not a PNG at all);
+    ``more`` adds how many others are alike."""
+    what = f"has mode {mode!r}" if mode is not None else "is not a PNG file"
+    return MalformedDatasetError(f"mask {str(path)!r} {what}{more}; expected a palette (P) or index (L) PNG "
+                                 "whose pixel values are class indices; see data/README.md")
+
+
 def load_mask(path: Path) -> np.ndarray:
     """Class indices of a VOC mask, uint8 (H, W); refuses RGB masks instead of misreading them."""
     with Image.open(path) as image:
-        if image.mode not in ("P", "L"):
-            raise MalformedDatasetError(
-                f"mask {str(path)!r} has mode {image.mode!r}; expected a palette (P) or index (L) PNG "
-                "whose pixel values are class indices; see data/README.md")
+        if image.mode not in MASK_MODES:
+            raise mask_mode_error(path, image.mode)
         return np.array(image, dtype=np.uint8)
 
 

@@ -21,6 +21,7 @@ from ..atomic import atomic_write
 from ..models import create_vit, save_backbone
 from ..ssl.errors import DivergenceError
 from .collapse import CollapseMonitor
+from .data import SkipTally
 from .divergence import divergence_message, raise_if_loss_diverged
 
 
@@ -204,25 +205,41 @@ class ProgressBar(TQDMProgressBar):
 
 
 class RunSummary(pl.Callback):
-    """Counts the unreadable images skipped (over every worker and rank), says so at each epoch end
-    that skipped any and at the end of the run, and writes ``<run>/summary.json`` (atomically) when
-    the fit ends or stops on an error: status, epochs done, steps, skipped images, final loss, the
-    precision that ran with the reason it was chosen, and ``collapsed``: the reason the run's
-    ``CollapseMonitor`` gave at its last check, or null.
+    """Counts the unreadable images skipped, each file once (over every worker, epoch and rank), names
+    each new one at the end of the epoch that met it, says the total at the end of the run, and
+    writes ``<run>/summary.json`` (atomically) when the fit ends or stops on an error: status, epochs
+    done, steps, skipped images and their files, final loss, the precision that ran with the reason
+    it was chosen, and ``collapsed``: the reason the run's ``CollapseMonitor`` gave at its last
+    check, or null.
 
-    The count comes from the loader's ``SkipTally`` (``training/data.py``); each skipped file is also
-    named once by a ``CorruptImageWarning`` where it happens.
+    The files come from the loader's ``SkipTally`` (``training/data.py``), its flags summed over ranks.
     """
 
     def __init__(self, run_dir: str | Path, precision: str | None = None) -> None:
         self.path = Path(run_dir) / "summary.json"
         self.precision = precision  # the precision that ran and why (training/precision.py)
-        self.epochs_done, self.skipped, self.final_loss = 0, 0, None
+        self.epochs_done, self.final_loss = 0, None
+        self.skipped_files: list[str] = []  # in the order they were named
 
-    def _skipped_so_far(self, trainer: pl.Trainer) -> int:
+    @property
+    def skipped(self) -> int:
+        return len(self.skipped_files)
+
+    def _unreadable_so_far(self, trainer: pl.Trainer, collective: bool = True) -> list[str]:
+        """Every file met unreadable so far, sorted by index (all ranks with ``collective``)."""
         tally = getattr(trainer.train_dataloader, "dataset", None)
-        local = torch.tensor(float(getattr(tally, "total", 0)), device=trainer.strategy.root_device)
-        return int(trainer.strategy.reduce(local, reduce_op="sum"))
+        if not isinstance(tally, SkipTally):
+            return []
+        flags = tally.flags
+        if collective:
+            flags = trainer.strategy.reduce(flags.to(trainer.strategy.root_device, torch.int32), reduce_op="sum")
+        return [tally.name(int(i)) for i in torch.nonzero(flags).flatten().tolist()]
+
+    def _name_new(self, found: list[str]) -> list[str]:
+        known = set(self.skipped_files)
+        new = [f for f in found if f not in known]
+        self.skipped_files += new
+        return new
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.epochs_done = trainer.current_epoch  # a resumed run starts after its finished epochs
@@ -233,30 +250,32 @@ class RunSummary(pl.Callback):
             self.final_loss = loss.detach()  # read once, when the summary is written
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        total = self._skipped_so_far(trainer)
-        new, self.skipped = total - self.skipped, total
+        new = self._name_new(self._unreadable_so_far(trainer))
         self.epochs_done = trainer.current_epoch + 1
-        _log_scalar(trainer, "data/skipped_images", float(total))
+        _log_scalar(trainer, "data/skipped_images", float(self.skipped))
         if new and trainer.is_global_zero:
-            print(f"epoch {self.epochs_done}: {new} unreadable images skipped ({total} in this run so far; "
-                  "each is named in a CorruptImageWarning)", flush=True)
+            print(f"epoch {self.epochs_done}: {len(new)} unreadable images skipped ({self.skipped} in this run so far), "
+                  "each counted and named once:\n" + "\n".join(f"  {f}" for f in new), flush=True)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.skipped = self._skipped_so_far(trainer)
+        new = self._name_new(self._unreadable_so_far(trainer))
         if trainer.is_global_zero:
+            for f in new:  # met after the last epoch end (workers prefetching past a stopped epoch)
+                print(f"  unreadable image skipped: {f}", flush=True)
             if self.skipped:
-                print(f"run end: {self.skipped} unreadable images skipped in all (see {self.path})", flush=True)
+                print(f"run end: {self.skipped} unreadable images skipped in all, each once (named above and in "
+                      f"{self.path})", flush=True)
             self._write(trainer, "finished")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:  # no collective here: another rank may be gone
-            self.skipped = max(self.skipped, int(getattr(getattr(trainer.train_dataloader, "dataset", None),
-                                                         "total", 0)))
+            self._name_new(self._unreadable_so_far(trainer, collective=False))
             self._write(trainer, "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed")
 
     def _write(self, trainer: pl.Trainer, status: str) -> None:
         summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,
-                   "steps": trainer.global_step, "skipped_images": self.skipped, "final_loss": self._final_loss()}
+                   "steps": trainer.global_step, "skipped_images": self.skipped, "skipped_files": self.skipped_files,
+                   "final_loss": self._final_loss()}
         if self.precision:
             summary["precision"] = self.precision
         monitor = next((c for c in trainer.callbacks if isinstance(c, CollapseMonitor)), None)

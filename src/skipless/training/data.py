@@ -6,7 +6,7 @@ object class. ``imagenet``: an ImageNet-style folder at ``cfg.data.root`` (label
 
 The loader is checked against the dataset before any trainer or run folder exists: a dataset with
 fewer images than one batch per device is refused in one sentence. Its dataset is wrapped in a
-``SkipTally``, which sums the unreadable images skipped in every DataLoader worker process.
+``SkipTally``, which marks each unreadable image once, whichever DataLoader worker met it.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms
 
 from ..config import ConfigError
@@ -53,34 +53,41 @@ def pretrain_dataset(cfg: DictConfig, transform: Callable | None = None) -> Data
 
 
 class SkipTally(Dataset):
-    """``dataset`` with a count of the unreadable images it skipped, summed over worker processes.
+    """``dataset`` with the set of its unreadable images, each counted once, over worker processes.
 
-    A reader counts its skips in its own process (``dataset.skipped``); a DataLoader worker's count
-    is out of the main process's reach. Here each worker adds its skips to its own slot of a tensor
-    in shared memory (slot 0: the main process), so ``total`` sums them without locks. Workers that
-    prefetch past a stopped epoch (``limit_train_batches``, ``max_steps``) count the reads they made.
+    A file is met more than once: every epoch, in whichever worker draws it, and through its
+    neighbours (a reader serves the next index in place of an unreadable one, so three bad files
+    in a row are read 3 + 2 + 1 times). Counting reads said 6 for 3 files. Here the reader's
+    ``on_unreadable`` hook marks the file's index in a flag tensor in shared memory, which every
+    worker of every epoch writes (a mark is idempotent: no lock needed), so ``unreadable`` is the
+    set of files, not of reads. The run's ``RunSummary`` names each file once, from rank 0, after
+    summing the flags over ranks; the reader's own warning stays quiet.
     """
 
-    def __init__(self, dataset: Dataset, num_workers: int) -> None:
+    def __init__(self, dataset: Dataset, num_workers: int = 0) -> None:
         self.dataset = dataset
-        self.slots = torch.zeros(num_workers + 1, dtype=torch.int64).share_memory_()
+        self.flags = torch.zeros(len(dataset), dtype=torch.uint8).share_memory_()
+        if hasattr(dataset, "on_unreadable"):
+            dataset.on_unreadable = self._mark
+
+    def _mark(self, index: int, path: object, error: Exception) -> None:
+        self.flags[index] = 1
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int):
-        before = getattr(self.dataset, "skipped", 0)
-        item = self.dataset[index]
-        skipped = getattr(self.dataset, "skipped", 0) - before
-        if skipped:
-            worker = get_worker_info()
-            self.slots[0 if worker is None else worker.id + 1] += skipped
-        return item
+        return self.dataset[index]
+
+    def name(self, index: int) -> str:
+        """The file of image ``index``."""
+        files = getattr(self.dataset, "files", None)
+        return str(files[index] if files is not None else self.dataset.items[index])
 
     @property
     def total(self) -> int:
-        """Unreadable images skipped so far, all processes together."""
-        return int(self.slots.sum())
+        """Unreadable images met so far in this process's workers, each once."""
+        return int(self.flags.sum())
 
 
 def check_one_batch(cfg: DictConfig, n_images: int) -> None:
@@ -119,8 +126,11 @@ def centre_crop(size: int) -> Callable:
 
 def diagnostic_images(cfg: DictConfig, count: int) -> torch.Tensor:
     """(count, 3, S, S): fixed centre crops at the global crop size of the first pretraining images,
-    the batch the diagnostics callbacks measure the student on at every call."""
+    the batch the diagnostics callbacks measure the student on at every call. An unreadable one is
+    passed over quietly: the training loader meets it too, and names and counts it once."""
     dataset = pretrain_dataset(cfg, transform=centre_crop(int(cfg.dino.global_crop_size)))
+    if hasattr(dataset, "on_unreadable"):
+        dataset.on_unreadable = lambda index, path, error: None
     return torch.stack([dataset[i] for i in range(min(count, len(dataset)))])
 
 

@@ -50,8 +50,10 @@ BETAS = Rule(lambda v: _pair(v, lambda x: is_real(x) and 0 <= x < 1), "a pair [b
 WORLD = either(one_of("auto"), POSITIVE_INT)
 
 RULES: dict[str, Rule] = {
-    "run.name": optional(Rule(lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and "/" not in v,
-                              "a folder name without '/'")),
+    # printable: an evaluator names the run on one line (CKPT=, tables, one-sentence errors); a newline or tab
+    # in a folder name is beyond what make passes and what a message or table shows
+    "run.name": optional(Rule(lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and "/" not in v
+                              and v.isprintable(), "a folder name without '/' or control characters")),
     "run.root": NAME,
     "run.seed": INT,
     "run.resume": BOOL,
