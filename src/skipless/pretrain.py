@@ -33,6 +33,7 @@ from .training.preflight import check_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
 from .training.trainer import build_trainer, refuse_unsynced_batchnorm
+from .world import check_gpus_visible
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -47,8 +48,10 @@ def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
 
 def check_config(cfg: DictConfig) -> None:
     """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py),
-    a BatchNorm head that DDP on the CPU cannot synchronise, and a run folder that could not be written."""
+    more GPUs than this machine shows (``world.py``), a BatchNorm head that DDP on the CPU cannot
+    synchronise, and a run folder that could not be written."""
     check_pretrain_config(cfg)
+    check_gpus_visible(cfg)
     if cfg.dino.use_bn_in_head:
         refuse_unsynced_batchnorm(cfg, "dino.use_bn_in_head")
     check_run_folder(run_dir_of(cfg))

@@ -27,7 +27,7 @@ from .training.precision import describe_precision
 from .training.preflight import check_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.trainer import build_trainer
-from .world import world_size
+from .world import check_gpus_visible, world_size
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -36,8 +36,10 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Every key checked (``supervised/schema.py``) and the run folder writable, before anything is written."""
+    """Every key checked (``supervised/schema.py``), the GPUs asked for visible (``world.py``) and the run
+    folder writable, before anything is written."""
     check_train_config(cfg)
+    check_gpus_visible(cfg)
     check_run_folder(run_dir_of(cfg))
 
 
