@@ -162,7 +162,8 @@ class EpochCheckpoint(pl.Callback):
             if self.keep_all and trainer.is_global_zero:  # a copy: the state is serialised only once
                 atomic_write(self.dirpath / f"epoch{epoch:03d}.ckpt", lambda tmp: shutil.copyfile(last, tmp),
                              needed=last.stat().st_size)
-        except DiskFullError as err:
+        except DiskFullError as err:  # the space free now, once the staged files are gone too
+            err.free = shutil.disk_usage(err.path.parent).free if err.path else err.free
             raise DiskFullError(self._disk_full(err, epoch), err.path, err.needed, err.free) from None
 
     def _disk_full(self, err: DiskFullError, epoch: int) -> str:
