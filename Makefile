@@ -61,7 +61,7 @@ help: ## list targets and variables
 	@echo "make train takes the same MODEL= OPT= GPUS= NODES= RESUME= ARGS=, and DATA=$(call choices,dataset)"
 	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-digits on digits, else paper:"
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
-	@echo "  GPUS=N NODES=M (DDP)   RESUME=1 (continue the run from its last checkpoint)"
+	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
 	@echo "       or a classification dataset (knn, linear: default and the readers of skipless/data/classification.py)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"

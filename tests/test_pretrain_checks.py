@@ -199,5 +199,6 @@ def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(tmp_
     run = tmp_path / "runs" / "x"
     (run / "tb").mkdir(parents=True)  # what an interrupted start leaves: its config and events, no checkpoint
     message = resume_message(["model=skip", "run.name=x"], run)
-    assert "nothing to resume" in message
-    assert 'start again under a new name with: make pretrain ARGS="model=skip run.name=x-2"' in message
+    assert "nothing to resume" in message  # the same command starts afresh (tests/test_training_run_folder.py)
+    assert message.endswith(f'start again with: make pretrain ARGS="model=skip run.name=x" (this attempt\'s files '
+                            f'move to {run}/attempts/<n>/)')

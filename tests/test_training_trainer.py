@@ -105,14 +105,41 @@ def test_a_batchnorm_head_under_cpu_ddp_is_refused_in_one_sentence(monkeypatch, 
     from skipless.pretrain import check_config
 
     _gpus(monkeypatch, 0)
-    bn = ["dino.use_bn_in_head=true", f"run.root={tmp_path}"]
+    bn = ["dino.use_bn_in_head=true", f"run.root={tmp_path}", "train.accelerator=cpu"]
     with pytest.raises(ConfigError, match=r"^dino\.use_bn_in_head=true with 2 CPU processes .* SyncBatchNorm runs on "
                                           r"GPUs only; expected one process on the CPU .* or dino\.use_bn_in_head=false$"):
         check_config(load_config("pretrain", [*bn, "train.devices=2"]))
     check_config(load_config("pretrain", [*bn, "train.devices=1"]))  # one process: nothing to synchronise
-    check_config(load_config("pretrain", [f"run.root={tmp_path}", "train.devices=2"]))  # no BatchNorm
+    check_config(load_config("pretrain", [f"run.root={tmp_path}", "train.devices=2", "train.accelerator=cpu"]))
     _gpus(monkeypatch, 2)
-    check_config(load_config("pretrain", [*bn, "train.devices=2"]))  # GPUs: SyncBatchNorm
+    check_config(load_config("pretrain", [*bn[:-1], "train.devices=2"]))  # GPUs: SyncBatchNorm
+
+
+@pytest.mark.parametrize("entry", ["pretrain", "train"])
+def test_gpus_the_machine_does_not_show_are_one_sentence_and_cpu_ddp_is_asked_for_by_name(monkeypatch, tmp_path,
+                                                                                         capsys, entry):
+    """GPUS=2 without two visible GPUs used to train two CPU processes with the lr of their global batch."""
+    import importlib
+
+    main = importlib.import_module(f"skipless.{entry}").main
+    check_config = importlib.import_module(f"skipless.{entry}").check_config
+    runs = tmp_path / "runs"
+    for gpus, shown in ((0, "none; run it where GPUs are visible"), (1, "only 1; expected GPUS= at most 1")):
+        _gpus(monkeypatch, gpus)
+        assert main([f"run.root={runs}", "train.devices=2"]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == (f"error: GPUS=2 (train.devices=2, train.accelerator=auto) asks for 2 GPUs and this machine "
+                       f"shows {shown}" + err.split(shown, 1)[1])
+        assert err.endswith('or ask for processes on the CPU by name with ARGS="train.accelerator=cpu '
+                            'train.devices=2" (nothing was written)') and len(err.splitlines()) == 1
+        assert not runs.exists()
+    _gpus(monkeypatch, 0)
+    assert main([f"run.root={runs}", "train.devices=1", "train.accelerator=gpu"]) == 1
+    assert "asks for 1 GPU and this machine shows none" in capsys.readouterr().err
+    for allowed in (["train.devices=2", "train.accelerator=cpu"], ["train.devices=1"], ["train.devices=auto"]):
+        check_config(load_config(entry, [f"run.root={runs}", *allowed]))  # CPU DDP by name; one process on auto
+    _gpus(monkeypatch, 2)
+    check_config(load_config(entry, [f"run.root={runs}", "train.devices=2"]))
 
 
 def test_the_layer_sync_lightning_applies_keeps_the_dino_module_as_it_was():

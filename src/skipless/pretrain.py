@@ -30,9 +30,11 @@ from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
 from .training.interrupt import fit, resume_message
 from .training.precision import describe_precision
 from .training.preflight import check_run_folder
+from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
 from .training.trainer import build_trainer, refuse_unsynced_batchnorm
+from .world import check_gpus_visible
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -47,8 +49,10 @@ def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
 
 def check_config(cfg: DictConfig) -> None:
     """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py),
-    a BatchNorm head that DDP on the CPU cannot synchronise, and a run folder that could not be written."""
+    more GPUs than this machine shows (``world.py``), a BatchNorm head that DDP on the CPU cannot
+    synchronise, and a run folder that could not be written."""
     check_pretrain_config(cfg)
+    check_gpus_visible(cfg)
     if cfg.dino.use_bn_in_head:
         refuse_unsynced_batchnorm(cfg, "dino.use_bn_in_head")
     check_run_folder(run_dir_of(cfg))
@@ -88,17 +92,18 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     """Run (or resume) the pretraining described by ``cfg``; returns the trainer and the module."""
     run_dir = run_dir_of(cfg)
     check_config(cfg)
-    ckpt_path, changes = prepare_run(cfg, run_dir)
-    pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
-    # First, so that an impossible model key (a ModelArgumentError naming the valid values) fails
-    # before any data is generated.
-    module = DINO(cfg, partial(backbone_factory, cfg))
-    dataset = pretrain_dataset(cfg)
-    loader = pretrain_loader(cfg, dataset)
-    trainer = pretrain_trainer(cfg, run_dir, extra_callbacks)
-    if trainer.is_global_zero:
-        record_start(cfg, run_dir, changes)
-    fit(trainer, module, loader, ckpt_path=ckpt_path)
+    with hold_run_folder(run_dir):
+        start = prepare_run(cfg, run_dir)
+        pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
+        # First, so that an impossible model key (a ModelArgumentError naming the valid values) fails
+        # before any data is generated.
+        module = DINO(cfg, partial(backbone_factory, cfg))
+        dataset = pretrain_dataset(cfg)
+        loader = pretrain_loader(cfg, dataset)
+        trainer = pretrain_trainer(cfg, run_dir, extra_callbacks)
+        if trainer.is_global_zero:
+            record_start(cfg, run_dir, start)
+        fit(trainer, module, loader, ckpt_path=start.ckpt_path)
     return trainer, module
 
 

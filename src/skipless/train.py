@@ -25,9 +25,10 @@ from .training.collapse import SupervisedCollapse
 from .training.interrupt import fit, resume_message
 from .training.precision import describe_precision
 from .training.preflight import check_run_folder
+from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.trainer import build_trainer
-from .world import world_size
+from .world import check_gpus_visible, world_size
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -36,8 +37,10 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Every key checked (``supervised/schema.py``) and the run folder writable, before anything is written."""
+    """Every key checked (``supervised/schema.py``), the GPUs asked for visible (``world.py``) and the run
+    folder writable, before anything is written."""
     check_train_config(cfg)
+    check_gpus_visible(cfg)
     check_run_folder(run_dir_of(cfg))
 
 
@@ -65,18 +68,19 @@ def train(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple
     """Run (or resume) the supervised training described by ``cfg``; returns the trainer and the module."""
     run_dir = run_dir_of(cfg)
     check_config(cfg)
-    ckpt_path, changes = prepare_run(cfg, run_dir)
-    pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
-    train_set, val_set = labelled_splits(cfg)
-    module = Supervised(cfg, train_set.num_classes)
-    loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
-    trainer = build_trainer(cfg, run_dir, [SupervisedCollapse(), *extra_callbacks],
-                            check_val_every_n_epoch=cfg.train.val_every_n_epochs,
-                            limit_val_batches=cfg.train.limit_val_batches)
-    if trainer.is_global_zero:
-        print(train_header(cfg, run_dir, len(train_set), len(val_set), train_set.num_classes), flush=True)
-        record_start(cfg, run_dir, changes)
-    fit(trainer, module, loaders[0], ckpt_path=ckpt_path, val_loader=loaders[1])
+    with hold_run_folder(run_dir):
+        start = prepare_run(cfg, run_dir)
+        pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
+        train_set, val_set = labelled_splits(cfg)
+        module = Supervised(cfg, train_set.num_classes)
+        loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
+        trainer = build_trainer(cfg, run_dir, [SupervisedCollapse(), *extra_callbacks],
+                                check_val_every_n_epoch=cfg.train.val_every_n_epochs,
+                                limit_val_batches=cfg.train.limit_val_batches)
+        if trainer.is_global_zero:
+            print(train_header(cfg, run_dir, len(train_set), len(val_set), train_set.num_classes), flush=True)
+            record_start(cfg, run_dir, start)
+        fit(trainer, module, loaders[0], ckpt_path=start.ckpt_path, val_loader=loaders[1])
     return trainer, module
 
 

@@ -7,12 +7,18 @@ trainer and the resume check share.
 process otherwise. It is resolved here, once, rather than refused, because a user who writes it
 expects "all the GPUs of this machine", and the global batch, the peak lr and the schedules all
 depend on the number it resolves to, so each reader must get the same number.
+
+``check_gpus_visible`` refuses a request for more GPUs than this machine shows, before anything is
+written: Lightning's ``auto`` accelerator would otherwise train ``GPUS=2`` as two CPU processes, with the
+lr scaled for their global batch. DDP on the CPU is asked for by name (``train.accelerator=cpu``).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import torch
+
+from .config import ConfigError
 
 
 def runs_on_cuda(cfg: Mapping) -> bool:
@@ -33,3 +39,21 @@ def devices_of(cfg: Mapping) -> int:
 def world_size(cfg: Mapping) -> int:
     """Processes the run trains with: devices per node x ``train.num_nodes``."""
     return devices_of(cfg) * int(cfg["train"]["num_nodes"])
+
+
+def check_gpus_visible(cfg: Mapping) -> None:
+    """Refuse ``train.devices=N`` (``GPUS=N``) on a GPU accelerator (``auto``, ``gpu``, ``cuda``) when this
+    machine shows fewer than N GPUs; one process under ``auto`` is the CPU run Lightning falls back to."""
+    accelerator, devices = cfg["train"]["accelerator"], cfg["train"]["devices"]
+    if accelerator not in ("auto", "gpu", "cuda") or devices == "auto":
+        return
+    seen, wanted = torch.cuda.device_count(), int(devices)
+    if wanted <= seen or (accelerator == "auto" and wanted == 1):
+        return
+    asked = f"GPUS={wanted} (train.devices={wanted}, train.accelerator={accelerator}) asks for {wanted} GPU" + \
+        ("s" if wanted > 1 else "")
+    fits = (f"expected GPUS= at most {seen} (the GPUs CUDA_VISIBLE_DEVICES leaves visible)" if seen else
+            "run it where GPUs are visible")
+    raise ConfigError(f"{asked} and this machine shows {'only ' + str(seen) if seen else 'none'}; {fits}, or ask "
+                      f"for processes on the CPU by name with ARGS=\"train.accelerator=cpu train.devices={wanted}\" "
+                      "(nothing was written)")

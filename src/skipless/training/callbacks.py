@@ -5,6 +5,7 @@ steps (``train.log_every_n_steps``): such a read waits for the device to finish 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import TQDMProgressBar
 
 from ..analysis.knn import knn_accuracy
-from ..atomic import atomic_write
+from ..atomic import DiskFullError, atomic_write, size_text
 from ..models import create_vit, save_backbone
 from ..ssl.errors import DivergenceError
 from .collapse import CollapseMonitor
@@ -91,42 +92,89 @@ class RNGState(pl.Callback):
             torch.cuda.set_rng_state(own["cuda"], self.device)
 
 
-class EpochCheckpoint(pl.Callback):
-    """Writes ``<dir>/last.ckpt`` at every epoch end (and ``epoch<N>.ckpt`` when ``keep_all``).
-
-    Lightning's ``ModelCheckpoint`` only refreshes ``last.ckpt`` together with a top-k save; this
-    states the rule plainly. Files are written atomically by ``AtomicCheckpointIO``; every rank
-    calls ``save_checkpoint`` (rank 0 writes).
-    """
-
-    def __init__(self, dirpath: str | Path, keep_all: bool = False) -> None:
-        self.dirpath, self.keep_all = Path(dirpath), keep_all
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        last = self.dirpath / "last.ckpt"
-        trainer.save_checkpoint(last, weights_only=False)
-        if self.keep_all and trainer.is_global_zero:  # a copy: the state is serialised only once
-            shutil.copyfile(last, self.dirpath / f"epoch{trainer.current_epoch + 1:03d}.ckpt")
-
-
-class ExportBackbone(pl.Callback):
-    """Writes the module's ``exported_backbone()`` (DINO: the teacher's; supervised: the classifier's) backbone (timm names + create_vit arguments) to ``<run>/backbone.pt`` at
-    every epoch end, and also to ``<run>/backbone-epoch<N>.pt`` at each of ``epochs`` (the paper
-    evaluates epochs 200 and 300: ``train.export_epochs``)."""
+class ExportBackbone:
+    """The module's ``exported_backbone()`` (DINO: the teacher's; supervised: the classifier's backbone, timm
+    names + create_vit arguments) for ``<run>/backbone.pt`` at every epoch end, and also for
+    ``<run>/backbone-epoch<N>.pt`` at each of ``epochs`` (the paper evaluates epochs 200 and 300:
+    ``train.export_epochs``). ``EpochCheckpoint`` calls it: the files are staged before the epoch's
+    checkpoint and put in place only once the checkpoint is written, so ``backbone.pt`` always holds the
+    epoch of ``last.ckpt``, also when the disk fills in between."""
 
     def __init__(self, run_dir: str | Path, epochs: Iterable[int] = ()) -> None:
         self.run_dir = Path(run_dir)
         self.epochs = {int(e) for e in epochs}
 
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def stage(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> list[tuple[Path, Path]]:
+        """Write this epoch's backbone files under staging names; returns (staged, final) pairs (rank 0 only)."""
         if not trainer.is_global_zero:
-            return
+            return []
         epoch = trainer.current_epoch + 1
         extra = {"epoch": epoch, "step": trainer.global_step}
         backbone = pl_module.exported_backbone()
-        save_backbone(self.run_dir / "backbone.pt", backbone, extra=extra)
-        if epoch in self.epochs:
-            save_backbone(self.run_dir / f"backbone-epoch{epoch}.pt", backbone, extra=extra)
+        names = ["backbone.pt"] + ([f"backbone-epoch{epoch}.pt"] if epoch in self.epochs else [])
+        staged: list[tuple[Path, Path]] = []
+        try:
+            for name in names:
+                staged.append((self.run_dir / f".{name}.staged", self.run_dir / name))
+                save_backbone(staged[-1][0], backbone, extra=extra)
+        except DiskFullError as err:  # said of the file the user knows
+            discard(staged)
+            raise DiskFullError(str(err), staged[-1][1], err.needed, err.free) from None
+        except BaseException:
+            discard(staged)
+            raise
+        return staged
+
+
+def discard(staged: list[tuple[Path, Path]]) -> None:
+    for tmp, _ in staged:
+        tmp.unlink(missing_ok=True)
+
+
+class EpochCheckpoint(pl.Callback):
+    """Writes ``<dir>/last.ckpt`` at every epoch end (and ``epoch<N>.ckpt`` when ``keep_all``), and with it
+    the backbone files of ``exports`` (``ExportBackbone``), which are put in place only after the checkpoint.
+
+    Lightning's ``ModelCheckpoint`` only refreshes ``last.ckpt`` together with a top-k save; this
+    states the rule plainly. Files are written atomically by ``AtomicCheckpointIO``; every rank
+    calls ``save_checkpoint`` (rank 0 writes). A full disk (``atomic.DiskFullError``) ends the run with
+    one sentence: what could not be written, the space it needs, the last good checkpoint and how to go on.
+    """
+
+    def __init__(self, dirpath: str | Path, keep_all: bool = False, exports: ExportBackbone | None = None) -> None:
+        self.dirpath, self.keep_all, self.exports = Path(dirpath), keep_all, exports
+        self.good_epoch: int | None = None  # the epoch of the last checkpoint written (None: none yet)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.good_epoch = trainer.current_epoch if (self.dirpath / "last.ckpt").is_file() else None
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        last, epoch = self.dirpath / "last.ckpt", trainer.current_epoch + 1
+        try:
+            staged = self.exports.stage(trainer, pl_module) if self.exports else []
+            try:
+                trainer.save_checkpoint(last, weights_only=False)
+            except BaseException:
+                discard(staged)
+                raise
+            for tmp, final in staged:  # renames: they need no space
+                os.replace(tmp, final)
+            self.good_epoch = epoch
+            if self.keep_all and trainer.is_global_zero:  # a copy: the state is serialised only once
+                atomic_write(self.dirpath / f"epoch{epoch:03d}.ckpt", lambda tmp: shutil.copyfile(last, tmp),
+                             needed=last.stat().st_size)
+        except DiskFullError as err:  # the space free now, once the staged files are gone too
+            err.free = shutil.disk_usage(err.path.parent).free if err.path else err.free
+            raise DiskFullError(self._disk_full(err, epoch), err.path, err.needed, err.free) from None
+
+    def _disk_full(self, err: DiskFullError, epoch: int) -> str:
+        what = f"could not write {err.path} of epoch {epoch} (it needs about {size_text(err.needed)}, " \
+               f"{size_text(err.free)} is free there)"
+        if self.good_epoch is None:
+            return (f"the disk is full: {what}; no checkpoint was written yet, so there is nothing to resume: free "
+                    "space, then start the run again with the same command (this attempt's files move to attempts/)")
+        return (f"the disk is full: {what}; the last good checkpoint is {self.dirpath / 'last.ckpt'} of epoch "
+                f"{self.good_epoch}, and backbone.pt is of the same epoch: free space, then continue with RESUME=1")
 
 
 class KNNMonitor(pl.Callback):
@@ -270,7 +318,10 @@ class RunSummary(pl.Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if trainer.is_global_zero:  # no collective here: another rank may be gone
             self._name_new(self._unreadable_so_far(trainer, collective=False))
-            self._write(trainer, "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed")
+            try:
+                self._write(trainer, "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed")
+            except OSError:  # a full disk: the run's own error says so, and must not be hidden by this one
+                pass
 
     def _write(self, trainer: pl.Trainer, status: str) -> None:
         summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,

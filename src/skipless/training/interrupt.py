@@ -14,8 +14,6 @@ from typing import Any, Sequence
 
 import lightning.pytorch as pl
 
-from .run_folder import free_name
-
 
 def fit(trainer: pl.Trainer, module: pl.LightningModule, loader: Any, ckpt_path: str | None,
         val_loader: Any = None) -> None:
@@ -38,9 +36,8 @@ def resume_message(argv: Sequence[str], run_dir: Path | None, target: str = "pre
                 f"with: make {target} RESUME=1{quoted}")
     if run_dir is None or not run_dir.is_dir():
         return f"interrupted before the run started; start it again with: make {target}{quoted}"
-    # The folder holds this start's config and events: a new start takes the next free name (run_folder.py).
-    fresh = [a for a in args if not a.startswith("run.name=")] + [f"run.name={free_name(run_dir)}"]
-    again = " ".join(shlex.quote(a) for a in fresh)
+    # The folder holds this attempt's config and events but no checkpoint: the same command starts afresh
+    # and sets them aside (run_folder.py).
     return (f"interrupted before any checkpoint was written in {run_dir} (one is written at each epoch end), so "
-            f"there is nothing to resume; start again under a new name with: make {target} ARGS=\"{again}\" "
-            f"(or delete {run_dir} first)")
+            f"there is nothing to resume; start again with: make {target}{quoted} (this attempt's files move to "
+            f"{run_dir}/attempts/<n>/)")

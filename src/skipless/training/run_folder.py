@@ -6,6 +6,13 @@ A researcher's runs are days of GPU time, so two rules are checked before anythi
   ``RESUME=1`` is the easy mistake) would replace its ``backbone.pt``, ``last.ckpt`` and ``config.yaml``,
   add a second TensorBoard event file to its ``tb/`` and leave its ``eval/`` results beside a backbone
   they were not computed from. It is refused, with the two ways on: resume it, or name a new run.
+- **An attempt without a checkpoint is started afresh.** A folder without ``checkpoints/last.ckpt``
+  whose ``summary.json`` says ``interrupted`` or ``failed``, or that has no summary at all but the
+  ``config.yaml`` every run writes first, holds an attempt that stopped before its first epoch end: there is nothing to resume, so refusing a new run
+  there would leave the name blocked. The new run moves the attempt's files (config, logs, events,
+  summary) into ``attempts/<n>/`` inside the folder, says so in one line, and starts afresh
+  (``set_aside_attempt``); RESUME=1 on such a folder says to run without it. A run without a
+  checkpoint whose summary says ``finished`` (its checkpoints deleted to save space) is kept and refused.
 - **A resume continues the run it names.** The requested config is compared with the run's saved
   ``config.yaml``. Keys that only say how or how long to run (``RESUMABLE``: more epochs, other
   devices for the same number of processes (``preflight.check_resume_world``), workers, logging, diagnostics,
@@ -15,7 +22,8 @@ A researcher's runs are days of GPU time, so two rules are checked before anythi
   differing keys.
 
 Under DDP only the first process checks (``is_first_process``): the others start once it has written
-``config.yaml`` and would otherwise find the folder taken by their own run.
+``config.yaml`` and would otherwise find the folder taken by their own run. ``run.lock`` (``run_lock.py``)
+and ``attempts/`` belong to the folder, not to a run: the checks look past them.
 """
 from __future__ import annotations
 
@@ -46,6 +54,9 @@ RESUMABLE = (
     "diagnostics.jacobian_images", "diagnostics.tol", "diagnostics.max_iter", "diagnostics.dtype",
 )
 RESUME_LOG = "resumes.jsonl"
+LOCK = "run.lock"  # run_lock.py
+ATTEMPTS = "attempts"
+AFRESH = ("interrupted", "failed")  # summary.json statuses of an attempt a new run may set aside
 
 
 class RunFolderTakenError(SkiplessError, FileExistsError):
@@ -74,15 +85,61 @@ def free_name(folder: Path) -> str:
     return f"{base}-{k}"
 
 
-def check_new_run(run_dir: Path) -> None:
-    """Refuse a new run in a folder that already holds files (see the module docstring)."""
-    if not run_dir.is_dir() or not any(run_dir.iterdir()):
-        return
-    held = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir())
+def held_files(run_dir: Path) -> list[Path]:
+    """The files and folders of the run in ``run_dir`` (not its lock nor its earlier attempts), sorted."""
+    if not run_dir.is_dir():
+        return []
+    return sorted(p for p in run_dir.iterdir() if p.name not in (LOCK, ATTEMPTS))
+
+
+def attempt_status(run_dir: Path) -> str | None:
+    """How the run in ``run_dir`` ended when it is an attempt a new run may set aside (no ``last.ckpt``;
+    ``summary.json`` says interrupted or failed, or is missing beside a ``config.yaml``), else None."""
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        return None
+    summary = run_dir / "summary.json"
+    if not summary.is_file():  # a run writes config.yaml first: without it these are someone else's files
+        return "stopped before it wrote a summary" if (run_dir / "config.yaml").is_file() else None
+    try:
+        status = json.loads(summary.read_text()).get("status")
+    except (ValueError, AttributeError):
+        return None  # a summary that cannot be read: kept, as a finished run is
+    return status if status in AFRESH else None
+
+
+def check_new_run(run_dir: Path) -> str | None:
+    """Refuse a new run in a folder that holds a run (see the module docstring); returns how the attempt
+    there ended when its files are to be set aside (``set_aside_attempt``), None for a free folder."""
+    held = [p.name + ("/" if p.is_dir() else "") for p in held_files(run_dir)]
+    if not held:
+        return None
+    status = attempt_status(run_dir)
+    if status:
+        return status
     shown = ", ".join(held[:5]) + (" ..." if len(held) > 5 else "")
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        raise RunFolderTakenError(
+            f"{run_dir} already holds a run ({shown}); continue it with RESUME=1 (run.resume=true), or start a "
+            f"new run under another name with run.name={free_name(run_dir)} (nothing was written)")
+    what = ("a run with no checkpoint to resume whose summary.json does not say interrupted or failed"
+            if (run_dir / "summary.json").is_file() else "files of no run (no config.yaml, checkpoint or summary)")
     raise RunFolderTakenError(
-        f"{run_dir} already holds a run ({shown}); continue it with RESUME=1 (run.resume=true), or start a new "
-        f"run under another name with run.name={free_name(run_dir)} (nothing was written)")
+        f"{run_dir} holds {what} ({shown}), so they are kept; start a new run under another name with "
+        f"run.name={free_name(run_dir)}, or move them away (nothing was written)")
+
+
+def set_aside_attempt(run_dir: Path, status: str) -> Path:
+    """Move the files of the attempt in ``run_dir`` into ``attempts/<n>/`` (the next free n) and say so."""
+    files = held_files(run_dir)
+    done = [int(p.name) for p in (run_dir / ATTEMPTS).glob("*") if p.name.isdigit()]
+    dest = run_dir / ATTEMPTS / str(max(done, default=0) + 1)
+    dest.mkdir(parents=True)
+    for p in files:
+        os.rename(p, dest / p.name)
+    names = ", ".join(p.name + ("/" if (dest / p.name).is_dir() else "") for p in files)
+    print(f"{run_dir} held an attempt with no checkpoint ({status}): its files ({names}) are now in {dest}, and "
+          "the run starts afresh", flush=True)
+    return dest
 
 
 def resume_changes(cfg: DictConfig, run_dir: Path) -> dict[str, tuple[Any, Any]]:

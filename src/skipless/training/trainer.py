@@ -1,8 +1,9 @@
 """The Lightning trainer every training entry point builds (DINO pretraining, supervised training).
 
 The callbacks that make a run safe come first and in this order: the divergence guard (a non-finite
-model is never exported nor checkpointed), the RNG state (exact resume), the backbone export, the
-epoch checkpoint, the progress bar, the run summary; an entry point adds its own after them.
+model is never exported nor checkpointed), the RNG state (exact resume), the epoch checkpoint with the
+backbone export (``backbone.pt`` put in place once ``last.ckpt`` of its epoch is written), the progress
+bar, the run summary; an entry point adds its own after them.
 Precision, devices and strategy follow the config, or the hardware when left on ``auto`` (precision:
 ``training/precision.py``, which also keeps the optimizer step out of autocast); under DDP on GPUs every
 BatchNorm layer is a SyncBatchNorm (``sync_batchnorm_of``).
@@ -61,8 +62,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callbac
     shared: list[pl.Callback] = [
         DivergenceGuard(),
         RNGState(),
-        ExportBackbone(run_dir, epochs=cfg.train.export_epochs),
-        EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints),
+        EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints,
+                        exports=ExportBackbone(run_dir, epochs=cfg.train.export_epochs)),
         ProgressBar(),
         RunSummary(run_dir, precision=described),
         LossScaleMonitor(),

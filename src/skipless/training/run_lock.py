@@ -1,0 +1,144 @@
+"""A run holds its folder: ``<run>/run.lock``, from before its first file until it ends.
+
+Two runs under one name at once (a resubmitted cluster job, two ``make paper`` calls) would both pass
+the folder checks of ``run_folder.py`` and both write into one folder: two interleaved TensorBoard
+event files and a ``backbone.pt`` either could have written. So the first thing a run does is create
+``run.lock`` with ``O_CREAT | O_EXCL`` (atomic: of two runs, exactly one creates it), writing its host
+and pid into it; the folder checks come after, on a folder no other run writes into. The second run
+is refused in one sentence, having written nothing. The lock goes when the run ends, also on an
+error or a Ctrl-C (``hold_run_folder`` is a context manager).
+
+A run killed outright (SIGKILL, out of memory) leaves its lock behind. One whose pid no longer runs on
+this host is stale: said in one line and taken over. A lock from another host cannot be checked from
+here; the refusal says which file to delete once that run is known to be gone.
+
+Under DDP only the first process (``run_folder.is_first_process``) holds it: the others are the same run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import SkiplessError
+from .run_folder import LOCK, free_name, is_first_process
+
+
+class RunFolderBusyError(SkiplessError, FileExistsError):
+    """Another run, still going, holds the run folder."""
+
+
+def _owner() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def _read(path: Path) -> tuple[str, dict]:
+    """The lock's text and its fields ({} while its creator is still writing it, or if it is not ours)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return "", {}
+    try:
+        fields = json.loads(text)
+    except ValueError:
+        fields = {}
+    return text, fields if isinstance(fields, dict) else {}
+
+
+def _is_dead(owner: dict) -> bool:
+    """The lock's process is known to be gone: it ran on this host and its pid runs no process now."""
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # a process of another user: alive
+        return False
+    return False
+
+
+def _create(path: Path) -> bool:
+    """Create the lock with this process as its owner; False when it exists."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(_owner()) + "\n")
+    return True
+
+
+def _take_over(path: Path, stale: str) -> None:
+    """Move the stale lock aside; if another run replaced it meanwhile, put that one back."""
+    aside = path.with_name(f".{LOCK}.{os.getpid()}.stale")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # another run took it over first: the next _create decides
+    if aside.read_text() == stale:
+        aside.unlink()
+        return
+    try:  # a live lock created since the stale one was read
+        os.link(aside, path)
+    except FileExistsError:
+        pass
+    aside.unlink()
+
+
+def _refusal(run_dir: Path, path: Path, owner: dict) -> str:
+    who = (f"pid {owner.get('pid')} on host {owner.get('host')}, started {owner.get('started')}" if owner
+           else "a run still writing its lock")
+    return (f"{run_dir} is held by another run that is still going ({who}: {path}); wait for it to end, or start "
+            f"this one under another name with run.name={free_name(run_dir)} (if that run is gone, delete {path}; "
+            "nothing was written)")
+
+
+def acquire(run_dir: Path) -> Path:
+    """Create ``run_dir/run.lock`` for this process, taking over a stale one (said in one line); raises
+    ``RunFolderBusyError`` when a live run holds the folder."""
+    path = run_dir / LOCK
+    for _ in range(3):
+        if _create(path):
+            return path
+        text, owner = _read(path)
+        if not _is_dead(owner):
+            raise RunFolderBusyError(_refusal(run_dir, path, owner))
+        print(f"{path} was left by pid {owner['pid']} (started {owner.get('started')}), which no longer runs on "
+              "this host; this run takes the folder over", flush=True)
+        _take_over(path, text)
+    _, owner = _read(path)
+    raise RunFolderBusyError(_refusal(run_dir, path, owner))
+
+
+def release(path: Path) -> None:
+    """Remove the lock if it is still this process's."""
+    owner = _read(path)[1]
+    if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+        path.unlink()
+
+
+@contextmanager
+def hold_run_folder(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir`` for the body (first process only). Folders created for the lock alone are removed
+    again when the body wrote nothing else into them, so a run refused later leaves nothing behind."""
+    if not is_first_process():
+        yield
+        return
+    run_dir = Path(run_dir)
+    created = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = acquire(run_dir)
+    try:
+        yield
+    finally:
+        release(path)
+        for folder in created:  # deepest first; stops at the first that holds files
+            try:
+                folder.rmdir()
+            except OSError:
+                break
