@@ -30,6 +30,7 @@ model is never touched: we work on a deep copy in ``dtype`` (float64 by default)
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Callable, Iterable
 
 import torch
@@ -80,9 +81,19 @@ def check_dense_size(rows: int, cols: int, max_entries: float, lower: str) -> No
             f"max_entries = {max_entries:.3g}; lower {lower} or use the matrix-free condition number")
 
 
+def _load_jvp_decompositions_quietly() -> None:
+    """torch loads its forward-mode decompositions on the first ``jvp`` of a process and scripts them with
+    its own deprecated ``torch.jit.script``: one FutureWarning that is torch's, not the user's (issue 27,
+    item 12). A first tiny ``jvp`` under a filter for that message only; later calls load nothing."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))
+
+
 def _gram_matvec(f: Callable, primal, shortcut: float = 0.0) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
     """``v -> (A + g I)(A + g I)^T v`` for ``A = df/dprimal`` (``g I`` only when the input and output
     spaces coincide), and the output size."""
+    _load_jvp_decompositions_quietly()
     out, pullback = vjp(f, primal)
 
     def matvec(v: torch.Tensor) -> torch.Tensor:
