@@ -129,9 +129,9 @@ class ExportBackbone(pl.Callback):
 
 
 class KNNMonitor(pl.Callback):
-    """k-NN top-1 accuracy of the teacher's CLS features (``knn/teacher``), every ``every`` epochs
+    """k-NN top-1 accuracy of the teacher's CLS features (``watch/knn/teacher``), every ``every`` epochs
     and at the last one; a freshly initialised backbone of the same architecture is scored once
-    at the start (``knn/random``) so the curve has its floor beside it. ``random_backbone`` builds
+    at the start (``watch/knn/random``) so the curve has its floor beside it. ``random_backbone`` builds
     that backbone (the pretraining's own factory, so the floor has the init training starts from);
     without it, ``create_vit`` of the teacher's arguments."""
 
@@ -160,7 +160,7 @@ class KNNMonitor(pl.Callback):
             fresh = self.random_backbone() if self.random_backbone else create_vit(args.pop("arch"), **args)
             fresh = fresh.to(pl_module.device)
         self.random_accuracy = self._score(fresh, pl_module.device)
-        _log_scalar(trainer, "knn/random", self.random_accuracy)
+        _log_scalar(trainer, "watch/knn/random", self.random_accuracy)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         epoch = trainer.current_epoch + 1
@@ -169,7 +169,7 @@ class KNNMonitor(pl.Callback):
             return
         acc = self._score(pl_module.exported_backbone(), pl_module.device)
         self.history.append((epoch, acc))
-        _log_scalar(trainer, "knn/teacher", acc)
+        _log_scalar(trainer, "watch/knn/teacher", acc)
         rnd = f" (random init: {self.random_accuracy:.3f})" if self.random_accuracy is not None else ""
         print(f"epoch {epoch}: k-NN top-1 of the teacher {acc:.3f}{rnd}", flush=True)
 
@@ -236,7 +236,7 @@ class RunSummary(pl.Callback):
         total = self._skipped_so_far(trainer)
         new, self.skipped = total - self.skipped, total
         self.epochs_done = trainer.current_epoch + 1
-        _log_scalar(trainer, "data/skipped_images", float(total))
+        _log_scalar(trainer, "watch/data/skipped_images", float(total))
         if new and trainer.is_global_zero:
             print(f"epoch {self.epochs_done}: {new} unreadable images skipped ({total} in this run so far; "
                   "each is named in a CorruptImageWarning)", flush=True)
