@@ -131,8 +131,8 @@ def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.T
 
 
 def write_tensorboard(d: Diagnosis, folder: Path) -> None:
-    """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. ∞ is drawn at
-    float32's largest value and a Lanczos bound under ``<tag>/lower_bound``, as during training
+    """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. ∞ is drawn under
+    ``<tag>/infinite`` at float32's largest value and a Lanczos bound under ``<tag>/lower_bound``, as during training
     (``skipless.analysis.tensorboard_values``)."""
     from torch.utils.tensorboard import SummaryWriter
 

@@ -26,10 +26,10 @@ def _found() -> Diagnosis:
                      embeddings={0: {"attn": math.inf, "attn+skip": 1.5}}, effective_rank={0: {"cls": 1.7}})
 
 
-def test_infinity_is_drawn_at_float32s_largest_value_and_a_bound_under_its_own_tag():
+def test_infinity_and_a_bound_are_each_drawn_under_their_own_tag():
     drawn = tensorboard_values(_found())
-    assert drawn == {"kappa_JJt": F32_MAX, "kappa_attn/block0/lower_bound": 5.6e8, "kappa_mlp/block0": 207.0,
-                     "embedding_log_kappa_attn/block0": F32_MAX, "embedding_log_kappa_attn+skip/block0": 1.5,
+    assert drawn == {"kappa_JJt/infinite": F32_MAX, "kappa_attn/block0/lower_bound": 5.6e8, "kappa_mlp/block0": 207.0,
+                     "embedding_log_kappa_attn/block0/infinite": F32_MAX, "embedding_log_kappa_attn+skip/block0": 1.5,
                      "effective_rank_cls/block0": 1.7}
 
 
@@ -44,7 +44,8 @@ def test_the_monitor_writes_both_to_tensorboard_and_the_jsonl_says_the_same(tmp_
     logger.finalize("success")
     events = EventAccumulator(str(tmp_path / "tb")).Reload()
     tags = set(events.Tags()["scalars"])
-    assert [e.value for e in events.Scalars("watch/conditioning/kappa_JJt")] == [F32_MAX]
+    assert [e.value for e in events.Scalars("watch/conditioning/kappa_JJt/infinite")] == [F32_MAX]
+    assert "watch/conditioning/kappa_JJt" not in tags
     assert [e.value for e in events.Scalars("watch/conditioning/kappa_attn/block0/lower_bound")] == [5.6e8]
     assert "watch/conditioning/kappa_attn/block0" not in tags
     row = json.loads((tmp_path / "diagnostics.jsonl").read_text())

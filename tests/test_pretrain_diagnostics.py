@@ -18,7 +18,7 @@ TINY = [
     "train.batch_size_per_device=4", "train.num_workers=0", "train.log_every_n_steps=1", "optim.warmup_epochs=1",
 ]
 WATCHED = ["diagnostics.every_n_epochs=1", "diagnostics.signals_every_n_steps=2", "diagnostics.layers=all",
-           "diagnostics.images=4", "diagnostics.max_iter=80"]
+           "diagnostics.images=4", "diagnostics.max_iter=80", "diagnostics.budget_s=null"]
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +70,15 @@ def test_tensorboard_has_the_conditioning_curves_and_the_block_signals(runs):
 
 
 def test_tensorboard_draws_each_kappa_as_the_jsonl_reports_it(runs):
-    """A converged kappa under its name, a Lanczos bound under ``<name>/lower_bound`` (issue 27, item 3)."""
+    """A converged kappa under its name, ∞ under ``<name>/infinite``, a Lanczos bound under
+    ``<name>/lower_bound`` (issue 27, item 3)."""
     scalars = EventAccumulator(str(runs[0] / "tb")).Reload().Scalars
     for row in (json.loads(line) for line in (runs[0] / "diagnostics.jsonl").read_text().splitlines()):
         kappas = {"kappa_JJt": row["jacobian"]} | {f"kappa_{k}/block{b}": c for b, r in row["block_jacobians"].items()
                                                     for k, c in r.items()}
         for name, c in kappas.items():
-            tag = f"watch/conditioning/{name}" + ("" if c["converged"] else "/lower_bound")
+            tag = f"watch/conditioning/{name}" + ("/infinite" if c["value"] == "inf" else
+                                                  "" if c["converged"] else "/lower_bound")
             value = INFINITY_DRAWN if c["value"] == "inf" else c["value"]
             assert (row["step"], pytest.approx(value, rel=1e-6)) in [(e.step, e.value) for e in scalars(tag)], tag
 

@@ -7,8 +7,8 @@ ViT-S training") come out of a run as curves, with the embedding ln kappa (seeds
 the effective rank (seeds/002, Section 5) beside them. A solve running longer than 10 s prints a
 progress line (above Lightning's bar); ``diagnostics.budget_s`` bounds each call
 (``analysis/solve_budget.py``). TensorBoard: ``watch/conditioning/<quantity>``
-(one tag per block, at the global step; ∞ drawn at float32's largest value and a bound under
-``<quantity>/lower_bound``: ``analysis/tensorboard_values.py``); every call is also a line of
+(one tag per block, at the global step; ∞ under ``<quantity>/infinite`` at float32's largest value,
+a bound under ``<quantity>/lower_bound``: ``analysis/tensorboard_values.py``); every call is also a line of
 ``<run>/diagnostics.jsonl``.
 
 ``BlockSignals`` logs, every ``signals_every_n_steps`` steps, what a researcher watches when a
@@ -73,7 +73,7 @@ class ConditioningMonitor(pl.Callback):
         if d.block_jacobians:
             shown.append("kappa(K K^T) attention " + " ".join(f"L{b} {row_['attn'].short()}"
                                                               for b, row_ in d.block_jacobians.items()))
-        print(f"epoch {epoch}: {'; '.join(shown)} ({sum(d.seconds.values()):.0f} s)", flush=True)
+        tqdm.write(f"epoch {epoch}: {'; '.join(shown)} ({sum(d.seconds.values()):.0f} s)")  # above the bar
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero and self.every and trainer.current_epoch == 0 and trainer.global_step == 0:

@@ -53,6 +53,16 @@ def refuse_unsynced_batchnorm(cfg: DictConfig, key: str) -> None:
                           f"or {key}=false")
 
 
+class RunLogger(TensorBoardLogger):
+    """TensorBoard with the losses first: its Time Series sorts groups (a tag's first path component) by
+    name and opens the first two, so every scalar but ``train/`` and ``val/`` is logged under ``watch/``
+    (issue 27, item 3). Lightning adds its own ``epoch`` scalar to every logged step; it goes to
+    ``watch/epoch``."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        super().log_metrics({("watch/epoch" if k == "epoch" else k): v for k, v in metrics.items()}, step)
+
+
 def _batch_limit(limit: int | float) -> int | float | None:
     """None (Lightning's "not set") for the float 1.0, all batches, which Lightning otherwise says back in
     a line; the int 1 (one batch) and every other value unchanged."""
@@ -85,7 +95,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callbac
         max_epochs=cfg.train.epochs,
         max_steps=cfg.train.max_steps,
         limit_train_batches=_batch_limit(cfg.train.limit_train_batches),
-        logger=TensorBoardLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
+        logger=RunLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
         callbacks=shared + list(callbacks),
         enable_checkpointing=False,  # EpochCheckpoint writes them
         plugins=[AtomicCheckpointIO(), precision],
