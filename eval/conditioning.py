@@ -33,8 +33,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from skipless.analysis.condition_number import Condition, dense_condition
 from skipless.analysis.diagnostics import (DTYPES, MEASURES, DiagnosticSettings, Diagnosis, diagnose, diagnosed_blocks,
-                                           result_to_json, scalars)
+                                           result_to_json)
 from skipless.analysis.jacobians import check_dense_size, network_jacobian_dense, sub_block_jacobian_dense
+from skipless.analysis.tensorboard_values import tensorboard_values
 from skipless.analysis.sub_blocks import embed_tokens, has_finite_weights, shortcut_gains, traced_blocks
 from skipless.analysis.embedding_condition import EMBEDDINGS
 from skipless.config import load_config
@@ -131,16 +132,14 @@ def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.T
 
 
 def write_tensorboard(d: Diagnosis, folder: Path) -> None:
-    """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. TensorBoard
-    cannot draw ∞: infinite values are left out and ``<tag>_infinite`` is 1 at that block."""
+    """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. ∞ is drawn under
+    ``<tag>/infinite`` at float32's largest value and a Lanczos bound under ``<tag>/lower_bound``, as during training
+    (``skipless.analysis.tensorboard_values``)."""
     with event_writer(folder) as writer:
-        for name, value in scalars(d).items():
-            tag, _, block = name.partition("/block")
-            step = int(block) if block else 0
-            if math.isfinite(value):
-                writer.add_scalar(f"conditioning/{tag}", value, step)
-            else:
-                writer.add_scalar(f"conditioning/{tag}_infinite", 1.0, step)
+        for name, value in tensorboard_values(d).items():
+            tag, _, rest = name.partition("/block")
+            block, _, bound = rest.partition("/")
+            writer.add_scalar(f"conditioning/{tag}" + (f"/{bound}" if bound else ""), value, int(block or 0))
 
 
 def _cell(c: Condition | None) -> str:

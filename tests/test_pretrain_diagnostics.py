@@ -5,6 +5,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from skipless.analysis.tensorboard_values import INFINITY_DRAWN
 from skipless.config import load_config
 from skipless.models import load_backbone
 from skipless.pretrain import pretrain, run_dir_of
@@ -17,7 +18,7 @@ TINY = [
     "train.batch_size_per_device=4", "train.num_workers=0", "train.log_every_n_steps=1", "optim.warmup_epochs=1",
 ]
 WATCHED = ["diagnostics.every_n_epochs=1", "diagnostics.signals_every_n_steps=2", "diagnostics.layers=all",
-           "diagnostics.images=4", "diagnostics.max_iter=80"]
+           "diagnostics.images=4", "diagnostics.max_iter=80", "diagnostics.budget_s=null"]
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +56,36 @@ def test_conditioning_is_measured_at_the_start_and_every_epoch(runs):
 def test_tensorboard_has_the_conditioning_curves_and_the_block_signals(runs):
     events = EventAccumulator(str(runs[0] / "tb")).Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"conditioning/kappa_JJt", "conditioning/kappa_attn/block0", "conditioning/kappa_mlp/block1",
-            "conditioning/effective_rank_cls/block1"} <= tags
+    assert "watch/conditioning/effective_rank_cls/block1" in tags
     for name in ("grad_norm", "update_ratio", "attention_entropy", "attention_diagonal", "token_cosine"):
-        assert {f"signals/{name}/block0", f"signals/{name}/block1"} <= tags, name
-    steps = [e.step for e in events.Scalars("signals/update_ratio/block0")]
+        assert {f"watch/signals/{name}/block0", f"watch/signals/{name}/block1"} <= tags, name
+    steps = [e.step for e in events.Scalars("watch/signals/update_ratio/block0")]
     assert steps == [1, 3, 5, 7]  # measured at the batches of global steps 0, 2, 4, 6, logged after their update
-    ratios = [e.value for e in events.Scalars("signals/update_ratio/block0")]
+    ratios = [e.value for e in events.Scalars("watch/signals/update_ratio/block0")]
     assert ratios[0] == 0 and all(r > 0 for r in ratios[1:])  # the warm-up's lr is 0 at step 0
-    assert [e.step for e in events.Scalars("conditioning/kappa_JJt")] == [0, 4, 8]
+    drawn = {t: [(e.step, e.value) for e in events.Scalars(t)] for t in tags if "kappa_JJt" in t}
+    assert sorted(step for points in drawn.values() for step, _ in points) == [0, 4, 8]
     plain = set(EventAccumulator(str(runs[1] / "tb")).Reload().Tags()["scalars"])
-    assert not any(t.startswith(("signals/", "conditioning/")) for t in plain)
+    assert not any(t.startswith(("watch/signals/", "watch/conditioning/")) for t in plain)
+
+
+def test_tensorboard_draws_each_kappa_as_the_jsonl_reports_it(runs):
+    """A converged kappa under its name, ∞ under ``<name>/infinite``, a Lanczos bound under
+    ``<name>/lower_bound`` (issue 27, item 3)."""
+    scalars = EventAccumulator(str(runs[0] / "tb")).Reload().Scalars
+    for row in (json.loads(line) for line in (runs[0] / "diagnostics.jsonl").read_text().splitlines()):
+        kappas = {"kappa_JJt": row["jacobian"]} | {f"kappa_{k}/block{b}": c for b, r in row["block_jacobians"].items()
+                                                    for k, c in r.items()}
+        for name, c in kappas.items():
+            tag = f"watch/conditioning/{name}" + ("/infinite" if c["value"] == "inf" else
+                                                  "" if c["converged"] else "/lower_bound")
+            value = INFINITY_DRAWN if c["value"] == "inf" else c["value"]
+            assert (row["step"], pytest.approx(value, rel=1e-6)) in [(e.step, e.value) for e in scalars(tag)], tag
+
+
+def test_the_training_losses_are_tensorboards_first_group(runs):
+    """TensorBoard's Time Series sorts its groups (a tag's first path component) by name and opens the
+    first two: the losses come first, everything watched about the run after them (issue 27, item 3)."""
+    tags = EventAccumulator(str(runs[0] / "tb")).Reload().Tags()["scalars"]
+    groups = sorted({t.split("/", 1)[0] for t in tags})
+    assert groups[0] == "train" and set(groups) == {"train", "watch"}

@@ -109,7 +109,7 @@ def data_root(tmp_path_factory):
 
 def _health(run_dir):
     events = EventAccumulator(str(run_dir / "tb")).Reload()
-    return [e.value for e in events.Scalars("health/collapsed")]
+    return [e.value for e in events.Scalars("watch/health/collapsed")]
 
 
 def _said(capsys) -> list[str]:

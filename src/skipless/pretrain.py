@@ -68,7 +68,8 @@ def diagnostics_callbacks(cfg: DictConfig, run_dir: Path) -> list[pl.Callback]:
         measures = tuple(m for m in MEASURES if m != "jacobian" or d.jacobian_images)
         settings = DiagnosticSettings(layers=layers, measures=measures, jacobian_images=max(1, int(d.jacobian_images)),
                                       tol=float(d.tol), max_iter=int(d.max_iter), dtype=str(d.dtype),
-                                      seed=int(cfg.run.seed))
+                                      seed=int(cfg.run.seed),
+                                      budget_s=None if d.budget_s is None else float(d.budget_s))
         found.append(ConditioningMonitor(images, settings, int(d.every_n_epochs), run_dir))
     if d.signals_every_n_steps:
         found.append(BlockSignals(images, int(d.signals_every_n_steps)))

@@ -104,7 +104,7 @@ class Condition:
     a lower bound when not ``converged``; ``largest``/``smallest``: the extreme eigenvalue estimates
     (NaN when never computed); ``*_residual``: their ``||A y - theta y||`` (0 for the dense path);
     ``iterations``: products ``A v`` (0 for dense); ``dim``: the size of ``A``; ``method``:
-    ``"lanczos"`` or ``"dense"``.
+    ``"lanczos"`` or ``"dense"``; ``budget_spent``: a time budget, not ``max_iter``, stopped Lanczos.
     """
 
     value: float
@@ -117,6 +117,7 @@ class Condition:
     dim: int
     converged: bool
     method: str
+    budget_spent: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-safe dict: infinities and NaNs become the strings ``"inf"``, ``"-inf"``, ``"nan"``."""
@@ -127,7 +128,7 @@ class Condition:
         if self.reason is not None:
             return f"∞ ({self.reason})"
         if not self.converged:
-            return f"≥ {_compact(self.value)} (not converged)"
+            return f"≥ {_compact(self.value)} (not converged{' in its time budget' if self.budget_spent else ''})"
         return _compact(self.value)
 
 
@@ -150,6 +151,7 @@ def condition_from_spectrum(spectrum: Spectrum, dtype: torch.dtype) -> Condition
         largest=s.largest, smallest=s.smallest,
         largest_residual=s.largest_residual, smallest_residual=s.smallest_residual,
         iterations=s.iterations, dim=s.dim, converged=bool(zero or s.converged), method="lanczos",
+        budget_spent=bool(s.budget_spent and not zero),
     )
 
 
@@ -162,11 +164,13 @@ def operator_condition(
     seed: int = 0,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
+    watch: Callable[[int, float, float, float, float], bool] | None = None,
 ) -> Condition:
     """``kappa(A)`` of the symmetric PSD operator ``matvec(v) = A v`` by Lanczos (``lanczos.py``),
-    stopping early once the smallest eigenvalue is certainly numerically zero."""
+    stopping early once the smallest eigenvalue is certainly numerically zero; ``watch``: Lanczos'
+    (progress and a time budget, ``solve_budget.py``)."""
     spectrum = extreme_eigenvalues(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
-                                   device=device, zero_tol=zero_threshold(dim, dtype))
+                                   device=device, zero_tol=zero_threshold(dim, dtype), watch=watch)
     return condition_from_spectrum(spectrum, dtype)
 
 

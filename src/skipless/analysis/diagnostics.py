@@ -31,6 +31,7 @@ from .condition_number import DIVERGED, Condition, infinite_condition, json_numb
 from .effective_rank import block_effective_ranks
 from .embedding_condition import embedding_conditions
 from .jacobians import block_jacobian_conditions, network_jacobian_condition
+from .solve_budget import SolveBudget
 from .sub_blocks import has_finite_weights
 
 MEASURES = ("jacobian", "blocks", "embeddings", "effective_rank")
@@ -48,6 +49,7 @@ class DiagnosticSettings:
     max_iter: int = 300
     dtype: str = "float64"
     seed: int = 0
+    budget_s: float | None = None  # seconds of one call; the Lanczos solves share what the rest leaves
 
 
 @dataclass
@@ -82,11 +84,17 @@ def diagnosed_blocks(layers: Any, depth: int) -> list[int]:
 
 def diagnose(model: nn.Module, images: torch.Tensor, settings: DiagnosticSettings,
              jacobian_images: torch.Tensor | None = None,
-             progress: Callable[[str], None] | None = None) -> Diagnosis:
+             progress: Callable[[str], None] | None = None,
+             report: Callable[[str], None] | None = None) -> Diagnosis:
     """Measure ``settings.measures`` of ``model`` on ``images`` (B, 3, H, W); see the module docstring.
 
     ``jacobian_images``: the images of kappa(J J^T) when they differ from ``images[:m]`` (another
-    resolution); ``progress``: called with the name of each measure before it starts.
+    resolution); ``progress``: called with the name of each measure before it starts; ``report``: with
+    a progress line of a Lanczos solve every 10 s (``solve_budget.py``).
+
+    ``settings.budget_s`` bounds the call: the direct measures (embeddings, effective rank: a few SVDs)
+    run first, then the Lanczos solves share the time left, kappa(J J^T) weighted as all the kernels
+    together; a solve the budget stops is a lower bound, flagged (``Condition.budget_spent``).
     """
     blocks = diagnosed_blocks(settings.layers, len(model.blocks))
     dtype = DTYPES[settings.dtype]
@@ -95,17 +103,21 @@ def diagnose(model: nn.Module, images: torch.Tensor, settings: DiagnosticSetting
     tokens = (images.shape[-2] // ph) * (images.shape[-1] // pw) + int(getattr(model, "num_prefix_tokens", 1))
     result = Diagnosis(blocks, int(images.shape[0]), tokens, diverged=not has_finite_weights(model))
     j_images = images[: settings.jacobian_images] if jacobian_images is None else jacobian_images
-    for measure in settings.measures:
+    kernels = {f"kappa_{k}/block{b}": 1.0 for b in blocks for k in ("attn", "mlp")} if "blocks" in settings.measures else {}
+    jacobian = {"kappa_JJt": float(max(1, len(kernels)))} if "jacobian" in settings.measures else {}
+    budget = SolveBudget(settings.budget_s, {**jacobian, **kernels}, report)
+    for measure in sorted(settings.measures, key=lambda m: m in ("jacobian", "blocks")):  # direct ones first
         if progress is not None:
             progress(measure)
         start = time.perf_counter()
         if measure == "jacobian":
             result.jacobian = (infinite_condition(DIVERGED, 0) if result.diverged
-                               else network_jacobian_condition(model, j_images, **solver))
+                               else network_jacobian_condition(model, j_images, **solver, watch=budget.watch("kappa_JJt")))
         elif measure == "blocks":
             result.block_jacobians = ({b: {"attn": infinite_condition(DIVERGED, 0), "mlp": infinite_condition(DIVERGED, 0)}
                                        for b in blocks} if result.diverged
-                                      else block_jacobian_conditions(model, images[:1], blocks, **solver))
+                                      else block_jacobian_conditions(model, images[:1], blocks, **solver,
+                                                                     watches=budget.watch))
         elif measure == "embeddings" and not result.diverged:
             result.embeddings = embedding_conditions(model, images, blocks)
         elif measure == "effective_rank" and not result.diverged:
@@ -129,17 +141,21 @@ def result_to_json(d: Diagnosis) -> dict[str, Any]:
     }
 
 
-def scalars(d: Diagnosis) -> dict[str, float]:
-    """Every number of a ``Diagnosis`` under a flat name: ``kappa_JJt``, and per block
-    ``kappa_attn/block4``, ``kappa_mlp/block4``, ``embedding_log_kappa_attn+skip/block4``,
-    ``effective_rank_cls/block4`` ... Infinite values are kept (``math.inf``); TensorBoard writers
-    leave them out (it cannot draw them) and say so elsewhere."""
-    out: dict[str, float] = {}
+def named_values(d: Diagnosis) -> list[tuple[str, Condition | float]]:
+    """Every quantity of a ``Diagnosis`` under a flat name, a ``Condition`` for each kappa: ``kappa_JJt``,
+    and per block ``kappa_attn/block4``, ``kappa_mlp/block4``, ``embedding_log_kappa_attn+skip/block4``,
+    ``effective_rank_cls/block4`` ..."""
+    out: list[tuple[str, Condition | float]] = []
     if d.jacobian is not None:
-        out["kappa_JJt"] = d.jacobian.value
+        out.append(("kappa_JJt", d.jacobian))
     for prefix, values in (("kappa_", d.block_jacobians), ("embedding_log_kappa_", d.embeddings),
                            ("effective_rank_", d.effective_rank)):
         for b, row in (values or {}).items():
-            for name, v in row.items():
-                out[f"{prefix}{name}/block{b}"] = float(v.value if isinstance(v, Condition) else v)
+            out.extend((f"{prefix}{name}/block{b}", v) for name, v in row.items())
     return out
+
+
+def scalars(d: Diagnosis) -> dict[str, float]:
+    """``named_values`` as numbers. Infinite values are kept (``math.inf``) and a lower bound is the
+    bound; ``tensorboard_values.py`` draws both so they are told apart."""
+    return {name: float(v.value if isinstance(v, Condition) else v) for name, v in named_values(d)}

@@ -30,6 +30,7 @@ model is never touched: we work on a deep copy in ``dtype`` (float64 by default)
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Callable, Iterable
 
 import torch
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 BRANCHES = {"attn": attention_branch, "mlp": mlp_branch}
+Watch = Callable[[int, float, float, float, float], bool]  # lanczos.extreme_eigenvalues' watch
 DEFAULT_MAX_ENTRIES = 20_000_000
 
 
@@ -80,9 +82,19 @@ def check_dense_size(rows: int, cols: int, max_entries: float, lower: str) -> No
             f"max_entries = {max_entries:.3g}; lower {lower} or use the matrix-free condition number")
 
 
+def _load_jvp_decompositions_quietly() -> None:
+    """torch loads its forward-mode decompositions on the first ``jvp`` of a process and scripts them with
+    its own deprecated ``torch.jit.script``: one FutureWarning that is torch's, not the user's (issue 27,
+    item 12). A first tiny ``jvp`` under a filter for that message only; later calls load nothing."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+        jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))
+
+
 def _gram_matvec(f: Callable, primal, shortcut: float = 0.0) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
     """``v -> (A + g I)(A + g I)^T v`` for ``A = df/dprimal`` (``g I`` only when the input and output
     spaces coincide), and the output size."""
+    _load_jvp_decompositions_quietly()
     out, pullback = vjp(f, primal)
 
     def matvec(v: torch.Tensor) -> torch.Tensor:
@@ -115,6 +127,7 @@ def network_jacobian_condition(
     max_iter: int = 300,
     seed: int = 0,
     dtype: torch.dtype = torch.float64,
+    watch: Watch | None = None,
 ) -> Condition:
     """``kappa(J J^T)`` of the blocks' output tokens with respect to the blocks' parameters (Table 5).
 
@@ -123,6 +136,7 @@ def network_jacobian_condition(
         images: ``(m, C, H, W)`` (or one ``(C, H, W)`` image); ``J J^T`` has size ``m * n * d``.
         tol, max_iter, seed: Lanczos' (``lanczos.extreme_eigenvalues``).
         dtype: the working precision (see ``condition_number`` on float32's zero threshold).
+        watch: Lanczos' (progress lines and a time budget: ``solve_budget.py``).
     """
     net, f, params, x0 = _network(model, images, dtype)
     if not has_finite_weights(net):
@@ -133,7 +147,7 @@ def network_jacobian_condition(
     with use_explicit_attention(net):
         matvec, dim = _gram_matvec(f, params)
         return operator_condition(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
-                                  device=x0.device)
+                                  device=x0.device, watch=watch)
 
 
 def network_jacobian_dense(
@@ -169,6 +183,7 @@ def sub_block_jacobian_condition(
     max_iter: int = 300,
     seed: int = 0,
     dtype: torch.dtype = torch.float64,
+    watch: Watch | None = None,
 ) -> Condition:
     """``kappa((K + g I)(K + g I)^T)``, ``K`` the ``branch``'s Jacobian at its normalised input ``u``.
 
@@ -178,6 +193,7 @@ def sub_block_jacobian_condition(
             (``trace_block`` gives both).
         branch: ``"attn"`` or ``"mlp"``.
         shortcut: ``g``, the matching entry of ``shortcut_gains(block)`` (1 skip, 0 skipless).
+        watch: Lanczos' (``solve_budget.py``).
     """
     blk, f, u = _branch(block, u, branch, dtype)
     if not has_finite_weights(blk):
@@ -188,7 +204,7 @@ def sub_block_jacobian_condition(
                 return infinite_condition(OVERFLOW, u.numel())
         matvec, dim = _gram_matvec(f, u, float(shortcut))
         return operator_condition(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
-                                  device=u.device)
+                                  device=u.device, watch=watch)
 
 
 def sub_block_jacobian_dense(
@@ -212,12 +228,14 @@ def block_jacobian_conditions(
     max_iter: int = 300,
     seed: int = 0,
     dtype: torch.dtype = torch.float64,
+    watches: Callable[[str], Watch | None] | None = None,
 ) -> dict[int, dict[str, Condition]]:
     """Table 6's per-block kernels: ``{block: {"attn": Condition, "mlp": Condition}}`` for one image.
 
     One traced forward (``trace_block``) gives each wanted block's ``u_attn`` and ``u_mlp``; each
     branch's ``K`` gets that sub-block's own shortcut gain. One image, not an average over several:
-    ``K`` depends on the image only through the tokens it is evaluated at.
+    ``K`` depends on the image only through the tokens it is evaluated at. ``watches``: gives each
+    solve its Lanczos ``watch`` from its name (``kappa_attn/block4``: ``solve_budget.py``).
     """
     wanted = sorted(set(int(b) for b in blocks))
     depth = len(model.blocks)
@@ -236,7 +254,8 @@ def block_jacobian_conditions(
     for i, blk, t in traced_blocks(net, x, wanted):
         g_a, g_m = shortcut_gains(blk)
         result[i] = {
-            "attn": sub_block_jacobian_condition(blk, t.u_attn, "attn", g_a, **kwargs),
-            "mlp": sub_block_jacobian_condition(blk, t.u_mlp, "mlp", g_m, **kwargs),
+            name: sub_block_jacobian_condition(blk, u, name, g, **kwargs,
+                                               watch=None if watches is None else watches(f"kappa_{name}/block{i}"))
+            for name, u, g in (("attn", t.u_attn, g_a), ("mlp", t.u_mlp, g_m))
         }
     return result

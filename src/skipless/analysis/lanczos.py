@@ -17,7 +17,8 @@ is rounding noise (``<= dim * eps * theta_max``): the Krylov space is invariant 
 are eigenvalues (a random start has, with probability one, a component along every distinct
 eigenvalue, so the extremes are among them); or, given ``zero_tol``, when the smallest Ritz value is
 ``<= zero_tol * largest`` (the operator is then certainly numerically singular: see below); or at
-``max_iter``, unconverged.
+``max_iter``, unconverged; or when ``watch`` says so after a product (a time budget,
+``solve_budget.py``), unconverged too.
 
 What is *not* guaranteed. A small residual proves an eigenvalue within ``residual`` of ``theta``,
 not that it is the extreme one (Lanczos could in principle miss an eigenvalue the start vector is
@@ -54,7 +55,8 @@ class Spectrum:
     ``A v`` taken; ``converged``: both ends met the tolerance, or the Krylov space was exhausted
     (``exhausted``: then the values are exact to rounding); ``below_zero_tol``: stopped because the
     smallest Ritz value fell below ``zero_tol * largest``; ``finite``: every product was finite
-    (False: an overflow stopped the run and the values are NaN).
+    (False: an overflow stopped the run and the values are NaN); ``budget_spent``: ``watch`` stopped it
+    before convergence.
     """
 
     largest: float
@@ -67,6 +69,7 @@ class Spectrum:
     exhausted: bool = False
     below_zero_tol: bool = False
     finite: bool = True
+    budget_spent: bool = False
     largest_vector: torch.Tensor | None = field(default=None, repr=False, compare=False)
     smallest_vector: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
@@ -90,6 +93,7 @@ def extreme_eigenvalues(
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
     zero_tol: float | None = None,
+    watch: Callable[[int, float, float, float, float], bool] | None = None,
 ) -> Spectrum:
     """Largest and smallest eigenvalue of the symmetric PSD ``A`` given ``matvec(v) = A v``.
 
@@ -102,6 +106,8 @@ def extreme_eigenvalues(
         dtype: the working precision of the basis and the products.
         zero_tol: stop once ``smallest <= zero_tol * largest`` (the smallest eigenvalue is then
             certainly below that, see the module docstring); None never stops for this.
+        watch: called after each product with (products, largest, smallest, and their residuals);
+            True stops the run unconverged (``budget_spent``): a progress line and a time budget.
     """
     _check(dim, tol, max_iter)
     eps = float(torch.finfo(dtype).eps)
@@ -136,13 +142,15 @@ def extreme_eigenvalues(
         top_ok = residual[-1] <= tol * top
         bottom_ok = residual[0] <= tol * abs(bottom)
         singular = zero_tol is not None and bottom <= zero_tol * top
-        if exhausted or (top_ok and bottom_ok) or singular or k + 1 == steps:
+        done = exhausted or (top_ok and bottom_ok) or singular
+        spent = not done and watch is not None and watch(k + 1, top, bottom, float(residual[-1]), float(residual[0]))
+        if done or spent or k + 1 == steps:
             vectors = qs.T @ torch.as_tensor(s[:, [-1, 0]], dtype=dtype, device=qs.device)
             return Spectrum(
                 largest=top, smallest=bottom,
                 largest_residual=float(residual[-1]), smallest_residual=float(residual[0]),
                 iterations=k + 1, dim=dim, converged=bool(exhausted or (top_ok and bottom_ok)),
-                exhausted=bool(exhausted), below_zero_tol=bool(singular),
+                exhausted=bool(exhausted), below_zero_tol=bool(singular), budget_spent=bool(spent),
                 largest_vector=vectors[:, 0], smallest_vector=vectors[:, 1],
             )
         betas.append(beta)

@@ -172,8 +172,8 @@ class DINO(pl.LightningModule):
         # (training/divergence.py): nothing after a non-finite loss is ever saved.
         stop_if_diverged(self, loss, step)
         with record_function(RANGES["log"]):
-            schedule = {"schedule/lr": lr, "schedule/weight_decay": wd, "schedule/momentum": momentum,
-                        "schedule/teacher_temp": temp}
+            schedule = {"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd, "watch/schedule/momentum": momentum,
+                        "watch/schedule/teacher_temp": temp}
             self.log_dict({"train/loss": loss.detach(), "train/kl_teacher_student": (loss - entropy).detach(),
                            "train/teacher_entropy": entropy, **device_scalars(schedule, self.device)},
                           on_step=True, prog_bar=False, batch_size=crops[0].shape[0])

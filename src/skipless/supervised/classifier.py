@@ -118,7 +118,7 @@ class Supervised(pl.LightningModule):
             opt.step()
         stop_if_diverged(self, loss, step)  # read every N steps: training/divergence.py
 
-        schedule = device_scalars({"schedule/lr": lr, "schedule/weight_decay": wd}, self.device)
+        schedule = device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)
         self.log_dict({"train/loss": loss.detach(), **train_metrics, **schedule},
                       on_step=True, prog_bar=False, batch_size=images.shape[0])
         return loss.detach()

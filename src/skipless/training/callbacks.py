@@ -178,9 +178,9 @@ class EpochCheckpoint(pl.Callback):
 
 
 class KNNMonitor(pl.Callback):
-    """k-NN top-1 accuracy of the teacher's CLS features (``knn/teacher``), every ``every`` epochs
+    """k-NN top-1 accuracy of the teacher's CLS features (``watch/knn/teacher``), every ``every`` epochs
     and at the last one; a freshly initialised backbone of the same architecture is scored once
-    at the start (``knn/random``) so the curve has its floor beside it. ``random_backbone`` builds
+    at the start (``watch/knn/random``) so the curve has its floor beside it. ``random_backbone`` builds
     that backbone (the pretraining's own factory, so the floor has the init training starts from);
     without it, ``create_vit`` of the teacher's arguments."""
 
@@ -209,7 +209,7 @@ class KNNMonitor(pl.Callback):
             fresh = self.random_backbone() if self.random_backbone else create_vit(args.pop("arch"), **args)
             fresh = fresh.to(pl_module.device)
         self.random_accuracy = self._score(fresh, pl_module.device)
-        _log_scalar(trainer, "knn/random", self.random_accuracy)
+        _log_scalar(trainer, "watch/knn/random", self.random_accuracy)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         epoch = trainer.current_epoch + 1
@@ -218,7 +218,7 @@ class KNNMonitor(pl.Callback):
             return
         acc = self._score(pl_module.exported_backbone(), pl_module.device)
         self.history.append((epoch, acc))
-        _log_scalar(trainer, "knn/teacher", acc)
+        _log_scalar(trainer, "watch/knn/teacher", acc)
         rnd = f" (random init: {self.random_accuracy:.3f})" if self.random_accuracy is not None else ""
         print(f"epoch {epoch}: k-NN top-1 of the teacher {acc:.3f}{rnd}", flush=True)
 
@@ -300,7 +300,7 @@ class RunSummary(pl.Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         new = self._name_new(self._unreadable_so_far(trainer))
         self.epochs_done = trainer.current_epoch + 1
-        _log_scalar(trainer, "data/skipped_images", float(self.skipped))
+        _log_scalar(trainer, "watch/data/skipped_images", float(self.skipped))
         if new and trainer.is_global_zero:
             print(f"epoch {self.epochs_done}: {len(new)} unreadable images skipped ({self.skipped} in this run so far), "
                   "each counted and named once:\n" + "\n".join(f"  {f}" for f in new), flush=True)

@@ -4,8 +4,8 @@ A collapsed run raises nothing (its loss stays finite, the divergence guard neve
 numbers look like numbers: a supervised ViT-Ti whose predictions went uniform still reports a top-1,
 a DINO teacher that went uniform still exports a backbone. So each training module has a rule, the
 rule is checked as the run goes, and a run that meets it says so in one line of its log (when it
-collapses, and again if it recovers), in TensorBoard (``health/collapsed``, 0 or 1 at every check,
-beside the rule's quantities under ``health/``) and in ``summary.json`` (``collapsed``: the reason at
+collapses, and again if it recovers), in TensorBoard (``watch/health/collapsed``, 0 or 1 at every check,
+beside the rule's quantities under ``watch/health/``) and in ``summary.json`` (``collapsed``: the reason at
 the last check, or null), which ``make paper`` marks beside the run's numbers.
 
 DINO (Caron et al. 2021, Section 5.3 and Figure 7): the cross-entropy splits into the teacher's
@@ -140,7 +140,7 @@ class CollapseMonitor(pl.Callback):
     def report(self, trainer: pl.Trainer, reason: str | None, quantities: dict[str, float]) -> None:
         where = f"step {trainer.global_step} (epoch {trainer.current_epoch + 1})"
         for logger in trainer.loggers:
-            logger.log_metrics({"health/collapsed": float(reason is not None), **quantities}, step=trainer.global_step)
+            logger.log_metrics({"watch/health/collapsed": float(reason is not None), **quantities}, step=trainer.global_step)
         if trainer.is_global_zero and (reason is None) != (self.reason is None):
             line = (f"health: the run has collapsed at {where}: {reason}" if reason is not None
                     else f"health: the run is no longer collapsed at {where} (it was: {self.reason})")
@@ -148,7 +148,7 @@ class CollapseMonitor(pl.Callback):
             bar.print(line) if bar is not None and bar.is_enabled else print(line, flush=True)
             experiment = getattr(trainer.logger, "experiment", None)
             if experiment is not None and hasattr(experiment, "add_text"):
-                experiment.add_text("health/collapse", line, trainer.global_step)
+                experiment.add_text("watch/health/collapse", line, trainer.global_step)
         self.reason = reason
 
     def state_dict(self) -> dict[str, Any]:
@@ -188,7 +188,7 @@ class DINOCollapse(CollapseMonitor):
             entropy, kl = (self._sum / self._count).tolist()
             self._sum, self._count = None, 0
             self.report(trainer, dino_collapse(entropy, kl, self.out_dim),
-                        {"health/teacher_entropy_share": entropy / math.log(self.out_dim)})
+                        {"watch/health/teacher_entropy_share": entropy / math.log(self.out_dim)})
 
 
 class SupervisedCollapse(CollapseMonitor):
@@ -207,5 +207,5 @@ class SupervisedCollapse(CollapseMonitor):
         predicted, labels = counts.tolist()
         chance = label_entropy(labels)
         self.report(trainer, supervised_collapse(val_loss, predicted, labels),
-                    {"health/val_loss_below_chance": chance - val_loss,
-                     "health/top_class_share": max(predicted) / max(1, sum(predicted))})
+                    {"watch/health/val_loss_below_chance": chance - val_loss,
+                     "watch/health/top_class_share": max(predicted) / max(1, sum(predicted))})

@@ -4,14 +4,18 @@
 start and every ``every_n_epochs`` epochs (and at the last): kappa(J J^T) and the per-block
 kappa(K_l K_l^T), so that the paper's Tables 5 and 6 (Ji et al., Appendix A.7, tracked "during DINO
 ViT-S training") come out of a run as curves, with the embedding ln kappa (seeds/003, Fig. 1b) and
-the effective rank (seeds/002, Section 5) beside them. TensorBoard: ``conditioning/<quantity>``
-(one tag per block, at the global step); every call is also a line of ``<run>/diagnostics.jsonl``.
+the effective rank (seeds/002, Section 5) beside them. A solve running longer than 10 s prints a
+progress line (above Lightning's bar); ``diagnostics.budget_s`` bounds each call
+(``analysis/solve_budget.py``). TensorBoard: ``watch/conditioning/<quantity>``
+(one tag per block, at the global step; ∞ under ``<quantity>/infinite`` at float32's largest value,
+a bound under ``<quantity>/lower_bound``: ``analysis/tensorboard_values.py``); every call is also a line of
+``<run>/diagnostics.jsonl``.
 
 ``BlockSignals`` logs, every ``signals_every_n_steps`` steps, what a researcher watches when a
 skipless run goes wrong (``analysis.block_signals``): per block the gradient norm (after backward,
 before DINO's per-parameter clipping; unscaled under 16-mixed, ``training/precision.py``), the update-to-weight ratio of the optimiser step, the
 attention entropy and mean diagonal weight, and the mean cosine between patch tokens (rank
-collapse). TensorBoard: ``signals/<name>/block<l>``.
+collapse). TensorBoard: ``watch/signals/<name>/block<l>``.
 
 Both measure a fixed batch (``training.data.diagnostic_images``), on rank 0 only, on a forked RNG:
 observing a run never changes the crops, dropout or resume of the run it observes. On several GPUs
@@ -20,21 +24,21 @@ the other ranks wait at the next collective while rank 0 measures (minutes at mo
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable
 
 import lightning.pytorch as pl
 import torch
+from tqdm import tqdm
 
 from ..analysis.block_signals import attention_signals, gradient_norms, parameter_snapshot, update_ratios
-from ..analysis.diagnostics import DiagnosticSettings, diagnose, result_to_json, scalars
+from ..analysis.diagnostics import DiagnosticSettings, diagnose, result_to_json
+from ..analysis.tensorboard_values import tensorboard_values
 
 
 def _log(trainer: pl.Trainer, metrics: dict[str, float]) -> None:
-    finite = {k: v for k, v in metrics.items() if math.isfinite(v)}
     for logger in trainer.loggers:
-        logger.log_metrics(finite, step=trainer.global_step)
+        logger.log_metrics(metrics, step=trainer.global_step)
 
 
 def _student(pl_module: pl.LightningModule) -> torch.nn.Module:
@@ -58,9 +62,9 @@ class ConditioningMonitor(pl.Callback):
         if self._images is None:
             self._images = self.images_fn()
         with torch.random.fork_rng(devices=[pl_module.device] if pl_module.device.type == "cuda" else []):
-            d = diagnose(_student(pl_module), self._images.to(pl_module.device), self.settings)
-        values = scalars(d)
-        _log(trainer, {f"conditioning/{k}": v for k, v in values.items()})
+            d = diagnose(_student(pl_module), self._images.to(pl_module.device), self.settings,
+                         report=lambda line: tqdm.write(f"conditioning, epoch {epoch}: {line}"))
+        _log(trainer, {f"watch/conditioning/{k}": v for k, v in tensorboard_values(d).items()})
         row = {"epoch": epoch, "step": trainer.global_step, **result_to_json(d)}
         self.history.append(row)
         with open(self.path, "a") as f:
@@ -69,7 +73,7 @@ class ConditioningMonitor(pl.Callback):
         if d.block_jacobians:
             shown.append("kappa(K K^T) attention " + " ".join(f"L{b} {row_['attn'].short()}"
                                                               for b, row_ in d.block_jacobians.items()))
-        print(f"epoch {epoch}: {'; '.join(shown)} ({sum(d.seconds.values()):.0f} s)", flush=True)
+        tqdm.write(f"epoch {epoch}: {'; '.join(shown)} ({sum(d.seconds.values()):.0f} s)")  # above the bar
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero and self.every and trainer.current_epoch == 0 and trainer.global_step == 0:
@@ -103,8 +107,8 @@ class BlockSignals(pl.Callback):
         if self._snapshot is None:
             return
         student = _student(pl_module)
-        metrics = {f"signals/grad_norm/block{b}": v for b, v in self._grads.items()}
-        metrics.update({f"signals/update_ratio/block{b}": v for b, v in update_ratios(student, self._snapshot).items()})
+        metrics = {f"watch/signals/grad_norm/block{b}": v for b, v in self._grads.items()}
+        metrics.update({f"watch/signals/update_ratio/block{b}": v for b, v in update_ratios(student, self._snapshot).items()})
         self._snapshot, self._grads = None, {}
         if self._images is None:
             self._images = self.images_fn()
@@ -113,5 +117,5 @@ class BlockSignals(pl.Callback):
         for b, row in found.items():
             for name in ("attention_entropy", "attention_diagonal", "token_cosine"):
                 if name in row:  # no entropy for attention rows that are not distributions
-                    metrics[f"signals/{name}/block{b}"] = row[name]
+                    metrics[f"watch/signals/{name}/block{b}"] = row[name]
         _log(trainer, metrics)

@@ -143,6 +143,7 @@ RULES: dict[str, Rule] = {
     "diagnostics.tol": number(0, 1, low_open=True, high_open=True),
     "diagnostics.max_iter": integer(2),
     "diagnostics.dtype": one_of("float64", "float32"),
+    "diagnostics.budget_s": optional(number(0, low_open=True)),
     "data.name": one_of(*DATASETS),
     "data.root": NAME,
     "data.n_train": POSITIVE_INT,

@@ -21,6 +21,7 @@ from ..config import ConfigError
 from ..world import devices_of, runs_on_cuda, world_size
 from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, ProgressBar, RNGState, RunSummary
 from .checkpoint_io import AtomicCheckpointIO
+from .library_notices import silence_library_notices
 from .precision import LossScaleMonitor, precision_plugin
 
 
@@ -53,11 +54,28 @@ def refuse_unsynced_batchnorm(cfg: DictConfig, key: str) -> None:
                           f"or {key}=false")
 
 
+class RunLogger(TensorBoardLogger):
+    """TensorBoard with the losses first: its Time Series sorts groups (a tag's first path component) by
+    name and opens the first two, so every scalar but ``train/`` and ``val/`` is logged under ``watch/``
+    (issue 27, item 3). Lightning adds its own ``epoch`` scalar to every logged step; it goes to
+    ``watch/epoch``."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        super().log_metrics({("watch/epoch" if k == "epoch" else k): v for k, v in metrics.items()}, step)
+
+
+def _batch_limit(limit: int | float) -> int | float | None:
+    """None (Lightning's "not set") for the float 1.0, all batches, which Lightning otherwise says back in
+    a line; the int 1 (one batch) and every other value unchanged."""
+    return None if isinstance(limit, float) and limit == 1.0 else limit
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callback] = (), **trainer_args: Any
                   ) -> pl.Trainer:
     """A trainer writing into ``run_dir`` (TensorBoard ``tb/``, ``checkpoints/last.ckpt``, ``backbone.pt``,
     ``summary.json``) with the shared callbacks, then ``callbacks``; ``trainer_args`` add to or replace
     the Trainer arguments (e.g. validation settings)."""
+    silence_library_notices()
     precision, described = precision_plugin(cfg)
     shared: list[pl.Callback] = [
         DivergenceGuard(),
@@ -77,8 +95,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, callbacks: Sequence[pl.Callbac
         sync_batchnorm=sync_batchnorm_of(cfg),
         max_epochs=cfg.train.epochs,
         max_steps=cfg.train.max_steps,
-        limit_train_batches=cfg.train.limit_train_batches,
-        logger=TensorBoardLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
+        limit_train_batches=_batch_limit(cfg.train.limit_train_batches),
+        logger=RunLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
         callbacks=shared + list(callbacks),
         enable_checkpointing=False,  # EpochCheckpoint writes them
         plugins=[AtomicCheckpointIO(), precision],
