@@ -1,6 +1,6 @@
 """Frozen-feature evaluators. They import only skipless.models and skipless.data, never training code.
 
-Which module belongs to which evaluator, and which are shared (``tests/test_architecture_rules.py``
+Which module belongs to which evaluator, and which are shared (``tests/test_import_graph.py``
 enforces it): a module of one evaluator imports its own evaluator's modules and the shared ones,
 never another evaluator's; a shared module imports only shared modules. A new module is added to
 one of these tables; a helper two evaluators need goes to the shared ones (or to ``skipless``).

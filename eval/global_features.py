@@ -47,7 +47,7 @@ from torchvision.transforms import functional as TF
 from tqdm import tqdm
 
 from skipless.atomic import atomic_write
-from skipless.data.classification import READ_ERRORS
+from skipless.data.image_folder import READ_ERRORS
 from skipless.data.errors import MalformedDatasetError
 from skipless.models import extract_features, resolve_layers
 from skipless.models.features import final_layer_norm

@@ -15,7 +15,7 @@ from PIL import Image
 import skipless.pretrain as pretrain_module
 from skipless.config import available, leaf_values, load_config
 from skipless.pretrain import main, pretrain, run_dir_of
-from skipless.training.divergence import divergence_message
+from skipless.divergence import divergence_message
 from skipless.training.interrupt import resume_message
 from skipless.training.schema import RULES, SKIPPED, check_pretrain_config, rule_of
 

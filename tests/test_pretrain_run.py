@@ -8,7 +8,7 @@ import torch
 from skipless.config import load_config, load_saved_config
 from skipless.models import load_backbone
 from skipless.pretrain import main, pretrain, run_dir_of
-from skipless.ssl.errors import DivergenceError
+from skipless.divergence import DivergenceError
 
 TINY = [
     "model.arch=vit_tiny", "model.depth=2",

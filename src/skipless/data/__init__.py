@@ -6,7 +6,7 @@ for pretraining; ``segmentation.py``, ``ade20k.py``, ``cocostuff.py`` and ``seg_
 the dense probe's datasets, listed by name in ``segmentation_datasets.py``; ``voc.py`` and
 ``coco.py`` read the object-discovery datasets, listed in ``discovery_datasets.py``; ``imagenet.py``,
 ``cifar.py`` and ``tiny_imagenet.py`` read labelled images for supervised training and the k-NN /
-linear evaluators, listed by name in ``classification.py``; ``errors.py`` gives one clear error, pointing at data/README.md, when a dataset is
+linear evaluators as a ``LabelledImages`` (``labelled.py``), listed by name in ``classification.py``; ``errors.py`` gives one clear error, pointing at data/README.md, when a dataset is
 missing. Nothing here imports torch: the readers are plain map-style datasets.
 
 ``synthetic`` is imported on first use only, so that ``python -m skipless.data.synthetic`` does not

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from .classification import READERS, LabelledImages
 from .errors import MalformedDatasetError, missing_dataset
+from .labelled import LabelledImages
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,3 @@ def read_cifar(spec: CifarLayout, root: Path, split: str, transform) -> Labelled
     images = np.concatenate([b[0] for b in batches])
     labels = np.concatenate([b[1] for b in batches])
     return LabelledImages(f"{spec.title} {split}", images, labels, names, transform)
-
-
-READERS["cifar10"] = lambda root, split, transform: read_cifar(CIFAR10, root, split, transform)
-READERS["cifar100"] = lambda root, split, transform: read_cifar(CIFAR100, root, split, transform)

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .classification import READERS, LabelledImages
+from .labelled import LabelledImages
 
 IMAGE_SIZE = 28       # MNIST's, the size the OSA paper's patch-4 ViT is built for (Appendix E)
 VAL_FRACTION = 0.2    # per class
@@ -92,6 +92,3 @@ def read_digits(root: Path, split: str, transform) -> LabelledImages:
     images, labels, splits = _digits()
     index = splits[split]
     return LabelledImages(f"digits {split}", images[index], labels[index], CLASS_NAMES, transform)
-
-
-READERS["digits"] = read_digits

@@ -25,9 +25,9 @@ import csv
 import os
 from pathlib import Path
 
-from .classification import READERS, LabelledImages
 from .errors import MalformedDatasetError, missing_dataset, own_folder_hint
 from .image_folder import list_images
+from .labelled import LabelledImages
 
 TITLE = "ImageNet"
 SOLUTION = "LOC_val_solution.csv"
@@ -168,6 +168,3 @@ def read_imagenet(root: Path, split: str, transform) -> LabelledImages:
     if not files:
         raise missing_dataset(f"{TITLE} {split} (no image)", folder, LAYOUT)
     return LabelledImages(f"{TITLE} {split}", files, [index[w] for w in found], _names(root, wnids), transform)
-
-
-READERS["imagenet"] = read_imagenet

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .classification import READERS, LabelledImages
 from .errors import MalformedDatasetError, missing_dataset
 from .image_folder import list_images
+from .labelled import LabelledImages
 
 FOLDER = "tiny-imagenet-200"
 TITLE = "Tiny ImageNet"
@@ -109,6 +109,3 @@ def read_tiny_imagenet(root: Path, split: str, transform) -> LabelledImages:
     wnids = _wnids(base)
     files, labels = (_train if split == "train" else _val)(base, wnids)
     return LabelledImages(f"{TITLE} {split}", files, labels, _names(base, wnids), transform)
-
-
-READERS["tiny-imagenet"] = read_tiny_imagenet

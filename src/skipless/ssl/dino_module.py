@@ -27,14 +27,14 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.profiler import record_function
 
+from ..divergence import stop_if_diverged
 from ..full_precision import full_precision
 from ..models.compile import compile_in_place
 from ..optim import optimizer_from_config
 from ..optim.param_groups import clip_gradients_per_parameter, param_groups
 from ..optim.schedules import cosine_schedule, linear_then_constant
+from ..step_scalars import device_scalars
 from ..summary import peak_lr
-from ..training.divergence import stop_if_diverged
-from ..training.step_scalars import device_scalars
 from .head import DINOHead
 from .loss import DINOLoss
 from .multicrop import denormalize
@@ -169,7 +169,7 @@ class DINO(pl.LightningModule):
             with record_function(RANGES["ema"]):
                 self._ema_update(momentum)
         # Recorded on the device, read every train.log_every_n_steps and before each epoch end's saves
-        # (training/divergence.py): nothing after a non-finite loss is ever saved.
+        # (skipless/divergence.py): nothing after a non-finite loss is ever saved.
         stop_if_diverged(self, loss, step)
         with record_function(RANGES["log"]):
             schedule = {"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd, "watch/schedule/momentum": momentum,

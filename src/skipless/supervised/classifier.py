@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from ..divergence import stop_if_diverged
 from ..full_precision import full_precision
 from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
@@ -28,10 +29,9 @@ from ..models.vit import create_vit
 from ..optim import optimizer_from_config
 from ..optim.param_groups import param_groups
 from ..optim.schedules import cosine_schedule
+from ..step_scalars import device_scalars
 from ..summary import peak_lr
 from ..training.collapse import ClassCounts
-from ..training.divergence import stop_if_diverged
-from ..training.step_scalars import device_scalars
 from .augment import batch_mixer
 
 
@@ -116,7 +116,7 @@ class Supervised(pl.LightningModule):
             if self.cfg.optim.clip_grad:
                 torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
             opt.step()
-        stop_if_diverged(self, loss, step)  # read every N steps: training/divergence.py
+        stop_if_diverged(self, loss, step)  # read every N steps: skipless/divergence.py
 
         schedule = device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)
         self.log_dict({"train/loss": loss.detach(), **train_metrics, **schedule},

@@ -13,6 +13,9 @@ A run whose loss turns non-finite therefore trains at most ``log_every_n_steps -
 before it stops, and none of them is ever saved (checkpoints and backbones are written at epoch
 ends only, after the guard); its sentence names the first non-finite step and its loss, whichever
 rank saw it. Without a trainer (a module stepped by hand) every step is read at once.
+
+Every training module (DINO's, the supervised classifier) and the trainer's callbacks import this
+module, which imports none of them: it sits below the methods and ``training/``.
 """
 from __future__ import annotations
 
@@ -23,8 +26,12 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
 
-from ..ssl.errors import DivergenceError
-from ..summary import lr_key
+from .errors import SkiplessError
+from .summary import lr_key
+
+
+class DivergenceError(SkiplessError, RuntimeError):
+    """The loss or the parameters became non-finite: the run stopped, its last good checkpoint is kept."""
 
 
 class LossWatch:

@@ -1,4 +1,4 @@
-"""training/divergence.py: the loss check reads the device only at the reading steps, every rank
+"""skipless/divergence.py: the loss check reads the device only at the reading steps, every rank
 together, and names the first non-finite step and its loss (issue 26, item 14). A whole run that
 diverges between two reading steps: tests/test_pretrain_run.py."""
 from types import SimpleNamespace
@@ -8,8 +8,7 @@ import torch
 
 from host_reads import HostReads
 from skipless.config import load_config
-from skipless.ssl.errors import DivergenceError
-from skipless.training.divergence import stop_if_diverged
+from skipless.divergence import DivergenceError, stop_if_diverged
 
 NAN, INF = float("nan"), float("inf")
 

@@ -1,0 +1,227 @@
+"""The import graph of ``src/skipless`` and ``eval/``, read from the code (``ast``, nothing imported), and
+the rules it must keep (issue 28):
+
+(a) nothing under ``src/`` imports ``eval/``, ``bench/`` or ``paper/`` (``tests/test_architecture_rules.py``
+    checks the same at run time);
+(b) no evaluator imports another evaluator, and a shared eval module imports no evaluator. Which
+    module belongs to which evaluator is the table ``eval.EVALUATORS`` / ``eval.SHARED`` in
+    ``eval/__init__.py`` (one place; every module of ``eval/`` is listed there once). A module of an
+    evaluator family may import its own family's modules and the shared ones; today's families are
+    probe (with its feature cache, linear probe and mIoU), tokencut (with ncut and corloc), pca (with
+    pca_maps), conditioning, knn and linear (with linear_heads); k-NN and linear share the global
+    features through the shared ``global_eval`` / ``global_features``;
+(c) no import cycle among the modules of ``src/skipless``: counting every import, also those inside a
+    function (a lazy import is how a circle hides; today's lazy imports close none). A package's ``__init__`` is
+    a module of its own, so ``from ..models import create_vit`` is an arrow to ``skipless.models``;
+(d) no arrow upward inside ``src/skipless``: ``LAYERS`` below orders its sub-packages and top-level
+    modules from the bottom up, and a module imports only from its own sub-package (sideways) or from
+    a unit of a lower layer. Two units of one layer do not import each other.
+
+The order of ``LAYERS`` is the one the code has. Two places in it are where they are for today's code,
+and move when issue 28 makes ``training/`` method-agnostic: ``ssl`` sits below ``training`` because
+``training/data.py`` builds DINO's multi-crop loaders and ``training/run_start.py`` raises
+``ssl.errors.NothingToResumeError``; ``supervised`` sits above ``training`` because it reuses its
+schema, loaders' skip tally and class counts. Once ``training/`` imports no method, the methods
+(``ssl``, ``supervised``) form one layer above it.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import eval as evaluators
+
+ROOT = Path(__file__).resolve().parents[1]
+TOP = ("skipless", "eval", "bench", "paper")
+
+# Bottom first. A unit is a sub-package of skipless or one of its top-level modules.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "full_precision", "step_scalars"),  # leaves: the error base, fp32 islands, step scalars
+    ("atomic",),                                    # atomic file writes
+    ("config",),                                    # the config loader
+    ("config_rules", "world"),                      # typed config rules; ranks and devices
+    ("models", "optim", "data"),                    # the ViT family, optimizers, dataset readers
+    ("analysis", "summary"),                        # k-NN and conditioning on a model; the run header
+    ("divergence",),                                # the loss check every training module runs
+    ("ssl",),                                       # DINO's head, loss, multi-crop and module
+    ("training",),                                  # trainer, callbacks, loaders, run folders
+    ("supervised",),                                # the supervised classifier (reuses training's parts)
+    ("pretrain", "train"),                          # the entry points
+)
+RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
+
+
+@dataclass(frozen=True)
+class Arrow:
+    """One import: ``source`` imports ``target`` (both module names) at ``line``, inside a function or not."""
+    source: str
+    target: str
+    line: int
+    in_function: bool
+
+    def __str__(self) -> str:
+        where = " (in a function)" if self.in_function else ""
+        return f"{self.source} -> {self.target} (line {self.line}){where}"
+
+
+def module_name(path: Path) -> str:
+    """``src/skipless/data/voc.py`` -> ``skipless.data.voc``; ``eval/__init__.py`` -> ``eval``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "src":
+        parts = parts[1:]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def source_files() -> dict[str, Path]:
+    files = [*(ROOT / "src" / "skipless").rglob("*.py"), *(ROOT / "eval").rglob("*.py")]
+    return {module_name(p): p for p in sorted(files)}
+
+
+class _Imports(ast.NodeVisitor):
+    """Every import of one module, resolved to modules of this repository (``TOP``): relative ones
+    against the module's package; ``from p import x`` is an arrow to module ``p.x`` where that is a
+    module, else to ``p``."""
+
+    def __init__(self, name: str, is_package: bool, known: set[str]) -> None:
+        self.name, self.known, self.depth, self.arrows = name, known, 0, []
+        self.package = name.split(".") if is_package else name.split(".")[:-1]
+
+    def _function(self, node: ast.AST) -> None:
+        self.depth += 1
+        self.generic_visit(node)
+        self.depth -= 1
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
+
+    def _add(self, target: str, node: ast.stmt) -> None:
+        if target.split(".")[0] in TOP:
+            self.arrows.append(Arrow(self.name, target, node.lineno, self.depth > 0))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            base = self.package[:len(self.package) - (node.level - 1)]
+            module = ".".join(base + ([node.module] if node.module else []))
+        else:
+            module = node.module or ""
+        for alias in node.names:
+            child = f"{module}.{alias.name}"
+            self._add(child if child in self.known else module, node)
+
+
+def import_graph() -> list[Arrow]:
+    """Every import arrow between the modules of ``src/skipless`` and ``eval/`` (and out to bench/paper)."""
+    files = source_files()
+    arrows = []
+    for name, path in files.items():
+        visitor = _Imports(name, path.name == "__init__.py", set(files))
+        visitor.visit(ast.parse(path.read_text(), filename=str(path)))
+        arrows += visitor.arrows
+    return arrows
+
+
+def unit(module: str) -> str:
+    """The layer unit of a skipless module: ``skipless.data.voc`` -> ``data``, ``skipless.pretrain`` -> ``pretrain``."""
+    return module.split(".")[1]
+
+
+def upward_arrows(arrows: list[Arrow]) -> list[str]:
+    """Arrows inside ``skipless`` from a unit to another unit that is not in a lower layer."""
+    bad = []
+    for a in arrows:
+        if not (a.source.startswith("skipless.") and a.target.startswith("skipless.")):
+            continue
+        here, there = unit(a.source), unit(a.target)
+        if here != there and RANK[there] >= RANK[here]:
+            bad.append(f"{a} [{here} (layer {RANK[here]}) -> {there} (layer {RANK[there]})]")
+    return bad
+
+
+def cycles(arrows: list[Arrow]) -> list[list[str]]:
+    """The strongly connected components of more than one module (or a module importing itself)."""
+    edges: dict[str, set[str]] = {}
+    for a in arrows:
+        edges.setdefault(a.source, set()).add(a.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in edges.get(v, ()):
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_resolves_relative_absolute_and_function_level_imports():
+    arrows = {(a.source, a.target): a for a in import_graph()}
+    assert ("eval.tokencut", "eval.ncut") in arrows                          # from .ncut import ...
+    assert ("eval.tokencut", "skipless.models") in arrows                    # from skipless.models import ...
+    assert ("skipless.supervised.schema", "skipless.training.schema") in arrows  # from ..training import schema
+    assert ("skipless.data", "skipless.data.voc") in arrows                  # a package's __init__
+    assert arrows[("skipless.data", "skipless.data.synthetic")].in_function  # from . import synthetic, lazily
+    assert not arrows[("skipless.data", "skipless.data.voc")].in_function
+
+
+def test_every_skipless_unit_has_a_layer():
+    units = {unit(m) for m in source_files() if m.startswith("skipless.")}
+    assert units == set(RANK), "add the new sub-package or module to LAYERS (or drop a gone one)"
+
+
+def test_nothing_under_src_imports_eval_bench_or_paper():
+    bad = [str(a) for a in import_graph() if a.source.startswith("skipless") and a.target.split(".")[0] != "skipless"]
+    assert not bad
+
+
+def test_no_evaluator_imports_another_and_shared_modules_import_no_evaluator():
+    family = {m: name for name, modules in evaluators.EVALUATORS.items() for m in modules}
+    shared = set(evaluators.SHARED)
+    bad = []
+    for a in import_graph():
+        if not (a.source.startswith("eval.") and a.target.startswith("eval.")):
+            continue
+        here, there = a.source.split(".")[1], a.target.split(".")[1]
+        if there not in shared and family.get(there) != family.get(here, "shared"):
+            bad.append(f"{a} [{family.get(here, 'shared')} -> {family.get(there)}]")
+    assert not bad
+
+
+def test_no_import_cycle_in_skipless():
+    assert not cycles([a for a in import_graph() if a.source.startswith("skipless") and a.target.startswith("skipless")])
+
+
+def test_no_upward_arrow_in_skipless():
+    assert not upward_arrows(import_graph())
+
+
+def test_the_checks_see_a_circle_and_an_upward_arrow():
+    """The two checks above are only as good as these functions: a made-up circle and arrow are found."""
+    made_up = [Arrow("skipless.data.a", "skipless.data.b", 1, False), Arrow("skipless.data.b", "skipless.data.a", 1, True),
+               Arrow("skipless.models.vit", "skipless.training.data", 1, False)]
+    assert cycles(made_up) == [["skipless.data.a", "skipless.data.b"]]
+    assert len(upward_arrows(made_up)) == 1 and "models (layer 4) -> training" in upward_arrows(made_up)[0]
