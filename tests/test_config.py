@@ -102,6 +102,7 @@ DEMO = {
     "diagnostics.every_n_epochs": 2, "diagnostics.signals_every_n_steps": 10, "diagnostics.layers": "paper",
     "diagnostics.images": 16, "diagnostics.jacobian_images": 1, "diagnostics.tol": 1e-3, "diagnostics.max_iter": 300,
     "diagnostics.dtype": "float64",
+    "diagnostics.budget_s": 6,  # issue 27: the demo's diagnostics bounded near 10% of its wall time
     "data.name": "default", "data.root": "data/default", "data.n_train": 2000, "data.n_val": 1000, "data.seed": 0,
     "choices.model": "skipless", "choices.optim": "adamw", "choices.data": "default", "choices.recipe": "demo",
 }
