@@ -403,7 +403,6 @@ def test_profile_of_our_step_accounts_for_the_whole_step():
     for part in ("teacher backbone forward", "student backbone forward", "student head forward", "backward",
                  "optimizer step", "EMA update", "gradient clipping"):
         assert r["seconds"][part] > 0, part
-    assert r["seconds"]["teacher backbone forward"] < r["seconds"]["student backbone forward"] + r["seconds"]["backward"]
     assert all(f"| {part} |" in text for part in CATEGORIES)
 
 
