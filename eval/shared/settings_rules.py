@@ -36,7 +36,7 @@ COMMON = {
     "runs_root": text(),
     "out": optional(text()),
     "seed": integer(0),
-    "device": text(),  # its name is checked by eval.devices.resolve_device
+    "device": text(),  # its name is checked by eval.shared.devices.resolve_device
     "norm": boolean(),
 }
 

@@ -20,11 +20,11 @@ import torch
 
 from skipless.data.seg_views import Mirrored
 
-from .backbones import BackboneSpec, backbone_key, load_spec
+from ..shared.backbones import BackboneSpec, backbone_key, load_spec
 from .feature_cache import FeatureCache, build_cache
 from .linear_probe import LinearHeads, TrainResult, cache_batches, evaluate_cached, evaluate_full, train_heads
 from .miou import ConfusionMatrix
-from .probe_settings import ProbeSettings, layers_for, sizes_for
+from .settings import ProbeSettings, layers_for, sizes_for
 
 
 @dataclass

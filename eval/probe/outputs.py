@@ -23,12 +23,12 @@ from omegaconf import OmegaConf
 
 from .feature_cache import FeatureCache
 from .linear_probe import LinearHeads, evaluate_full, upsample_argmax
-from .lr_sweep import sweep_edge
-from .probe_compute import ProbeRun, best_index, ids_hash
-from .probe_figures import example_figure, figure_array, save_prediction
-from .probe_settings import GROUPS, ProbeSettings
-from .report import write_text
-from .tb_events import event_writer
+from ..shared.lr_sweep import sweep_edge
+from .compute import ProbeRun, best_index, ids_hash
+from .figures import example_figure, figure_array, save_prediction
+from .settings import GROUPS, ProbeSettings
+from ..shared.report import write_text
+from ..shared.tb_events import event_writer
 
 
 def pct(x: float | None) -> float | None:

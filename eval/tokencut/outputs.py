@@ -25,9 +25,9 @@ from skipless.data.conventions import IMAGENET_MEAN as MEAN
 from skipless.data.conventions import IMAGENET_STD as STD
 
 from .corloc import THRESHOLD, best_iou
-from .report import markdown_table, write_text
-from .tb_events import event_writer
-from .tokencut_result import UNDEFINED_SHARE, BackboneResult
+from ..shared.report import markdown_table, write_text
+from ..shared.tb_events import event_writer
+from .result import UNDEFINED_SHARE, BackboneResult
 
 UNDEFINED_NOTE = (f"undefined: more than {UNDEFINED_SHARE:.0f}% of the block's graphs have no unique Ncut vector "
                   "(every similarity above tau), so its boxes are the eigensolver's tie-breaks; in brackets that share")
