@@ -35,7 +35,7 @@ from eval.shared.backbones import BackboneNotFoundError, load_spec, resolve_back
 from eval.shared.devices import resolve_device
 from eval.shared.images import normalized, pad_to_multiple
 from eval.tokencut.ncut import (EPS, TAU, UNIQUE_GAP, affinity, discover, lapack_spectrum, second_eigenvector_reference,
-                       second_eigenvectors)
+                                second_eigenvectors)
 from skipless.data import DatasetNotFoundError, VOCDetection
 from skipless.models import create_vit, freeze_for_eval, patch_features
 

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 from eval.probe.feature_cache import FeatureCache, build_cache, stacked_patches
 from eval.probe.linear_probe import (LinearHeads, cache_batches, evaluate_cached, evaluate_full, train_heads,
-                               upsampled_losses)
+                                     upsampled_losses)
 from skipless.models import create_vit, extract_features
 
 from host_reads import HostReads

@@ -4,8 +4,9 @@ import pytest
 import scipy.linalg
 import torch
 
-from eval.tokencut.ncut import (UNIQUE_GAP, affinity, bipartition, component_box, discover, lapack_spectrum, ncut_spectrum,
-                       reference_spectrum, second_eigenvector_reference, second_eigenvectors, seed_component)
+from eval.tokencut.ncut import (UNIQUE_GAP, affinity, bipartition, component_box, discover, lapack_spectrum,
+                                ncut_spectrum, reference_spectrum, second_eigenvector_reference, second_eigenvectors,
+                                seed_component)
 
 
 def _clustered(n: int, clusters: int, dim: int, seed: int) -> torch.Tensor:

@@ -40,12 +40,12 @@ from skipless.errors import exit_on_user_error
 
 from ..shared.backbones import BackboneSpec, resolve_backbones
 from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
-                          load_splits, resolve_settings, write_json)
-from .heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
+                                  load_splits, resolve_settings, write_json)
 from ..shared.lr_sweep import sweep_edge
 from ..shared.output_dirs import check_outputs
 from ..shared.report import markdown_table
 from ..shared.tb_events import event_writer
+from .heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
 
 GROUPS = ("cls", "cls+avgpool")
 RULES = {

@@ -38,11 +38,11 @@ from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
 from ..shared.devices import resolve_device
 from ..shared.images import MEAN, STD
 from ..shared.output_dirs import check_outputs
-from ..shared.square_images import load_images
-from .maps import pca_rows
 from ..shared.report import compare_dir
 from ..shared.settings_rules import BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
+from ..shared.square_images import load_images
 from ..shared.tb_events import event_writer
+from .maps import pca_rows
 
 FEATURES = ("out", "k", "q", "v")
 

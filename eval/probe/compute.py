@@ -1,7 +1,7 @@
 """The probe's compute step for one backbone: cache features, train every head, score them.
 
 ``probe_backbone`` returns a ``ProbeRun`` (the trained heads, their confusion matrices at the
-original label resolution, the caches they read, timings); ``probe_outputs.write_outputs`` turns it
+original label resolution, the caches they read, timings); ``outputs.write_outputs`` turns it
 into files; ``ProbeRun.release`` then deletes the caches that were built for this run only. Nothing
 here writes results, and nothing here reads the config except through ``ProbeSettings``.
 """

@@ -21,14 +21,14 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from .feature_cache import FeatureCache
-from .linear_probe import LinearHeads, evaluate_full, upsample_argmax
 from ..shared.lr_sweep import sweep_edge
-from .compute import ProbeRun, best_index, ids_hash
-from .figures import example_figure, figure_array, save_prediction
-from .settings import GROUPS, ProbeSettings
 from ..shared.report import write_text
 from ..shared.tb_events import event_writer
+from .compute import ProbeRun, best_index, ids_hash
+from .feature_cache import FeatureCache
+from .figures import example_figure, figure_array, save_prediction
+from .linear_probe import LinearHeads, evaluate_full, upsample_argmax
+from .settings import GROUPS, ProbeSettings
 
 
 def pct(x: float | None) -> float | None:

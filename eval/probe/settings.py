@@ -25,8 +25,8 @@ from skipless.data import SEGMENTATION_DATASETS, UnknownDatasetError
 from skipless.models import FeatureRequestError, resolve_layers
 
 from ..shared.devices import resolve_device
-from .linear_probe import OPTIMIZERS
 from ..shared.settings_rules import BLOCKS, COMMON, check_rules
+from .linear_probe import OPTIMIZERS
 
 GROUPS = {"single": ("", "single"), "ms": ("-ms", "multiscale")}  # name -> (file suffix, title)
 AUGMENTATIONS = ("none", "flip")

@@ -3,8 +3,8 @@
 The building blocks (``Rule``, ``integer``, ``number`` ...) are ``skipless.config_rules``, shared with
 the pretraining schema; this module adds the keys every evaluator has and ``check_rules``.
 
-Each evaluator (``probe_settings``, ``tokencut``, ``pca``) lists its keys once, with a rule built
-here, and calls ``check_rules`` before it resolves a backbone, reads data or writes a file. A bad
+Each evaluator (``eval.probe.settings``, ``eval.tokencut.run``, ``eval.pca.run``) lists its keys once, with
+a rule built here, and calls ``check_rules`` before it resolves a backbone, reads data or writes a file. A bad
 value stops the run with one ``ConfigError`` sentence that names the key, its value and what was
 expected: ``epochs must be an integer >= 1, got 0``; ``lrs must be a non-empty list of finite
 numbers > 0, got [nan]``. What needs the backbone (a block index in range, a size that is a multiple

@@ -36,13 +36,13 @@ from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, resolve_layers
 
 from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
-from .corloc import best_iou
 from ..shared.devices import resolve_device
 from ..shared.images import normalized, pad_to_multiple
 from ..shared.output_dirs import check_outputs
-from .ncut import UNIQUE_GAP, Discovery, affinity, discover, lapack_spectrum, ncut_spectrum, reference_spectrum
 from ..shared.report import compare_dir, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
+from .corloc import best_iou
+from .ncut import UNIQUE_GAP, Discovery, affinity, discover, lapack_spectrum, ncut_spectrum, reference_spectrum
 from .outputs import comparison, output_stem, plot_comparison, write_outputs
 from .result import BackboneResult
 
