@@ -60,7 +60,7 @@ def vit_s(quick: bool) -> list[dict[str, Any]]:
 
 
 def make_conditioning(quick: bool) -> dict[str, Any]:
-    from eval.conditioning import run
+    from eval.conditioning.run import run
     from skipless.config import load_config
 
     extra = ["solver.max_iter=4", "num_images=2", "image_size=64"] if quick else []

@@ -5,15 +5,15 @@
 On the same graphs (the keys of every block of a backbone on the embedded default's val images)
 this times, per image (all blocks):
 
-- ``torch_float64`` / ``torch_float32``: ``eval.ncut.second_eigenvectors``, one batched
+- ``torch_float64`` / ``torch_float32``: ``eval.tokencut.ncut.second_eigenvectors``, one batched
   ``torch.linalg.eigh`` of ``I - D^-1/2 A D^-1/2`` for all blocks, on the features' device;
-- ``lapack_float64``: ``eval.ncut.lapack_spectrum``, eigenpairs 1..2 of the same matrix only
+- ``lapack_float64``: ``eval.tokencut.ncut.lapack_spectrum``, eigenpairs 1..2 of the same matrix only
   (LAPACK ``syevr``), per block, on the CPU (the default solver there);
 - ``scipy_dense``: ``scipy.linalg.eigh(D - A, D)``, the dense generalized float64 solve, per block;
 - ``scipy_subset``: the same with ``subset_by_index=[1, 2]``, the exact call of TokenCut's code;
 
 and counts how often each gives the same box as ``scipy_dense``. A graph whose second and third
-generalized eigenvalues coincide (``eval.ncut.UNIQUE_GAP``) has no unique second eigenvector: any vector of that
+generalized eigenvalues coincide (``eval.tokencut.ncut.UNIQUE_GAP``) has no unique second eigenvector: any vector of that
 eigenspace is a valid Ncut vector, so solvers may legitimately return different boxes. That happens
 when every similarity is above tau (a complete graph, e.g. collapsed tokens of a deep block), so
 the shares are reported over all graphs and over the graphs with a unique answer. ``upscale``
@@ -31,11 +31,11 @@ import scipy.linalg
 import torch
 import torch.nn.functional as F
 
-from eval.backbones import BackboneNotFoundError, load_spec, resolve_backbones
-from eval.devices import resolve_device
-from eval.images import normalized, pad_to_multiple
-from eval.ncut import (EPS, TAU, UNIQUE_GAP, affinity, discover, lapack_spectrum, second_eigenvector_reference,
-                       second_eigenvectors)
+from eval.shared.backbones import BackboneNotFoundError, load_spec, resolve_backbones
+from eval.shared.devices import resolve_device
+from eval.shared.images import normalized, pad_to_multiple
+from eval.tokencut.ncut import (EPS, TAU, UNIQUE_GAP, affinity, discover, lapack_spectrum, second_eigenvector_reference,
+                                second_eigenvectors)
 from skipless.data import DatasetNotFoundError, VOCDetection
 from skipless.models import create_vit, freeze_for_eval, patch_features
 

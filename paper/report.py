@@ -152,7 +152,7 @@ def _combos(records: list[dict[str, Any]], axes: list[str], experiment: Experime
 
 
 def table_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment) -> str:
-    from eval.report import markdown_table
+    from eval.shared.report import markdown_table
 
     ev = item["evaluation"]
     metric = item.get("metric") or (experiment.evaluations[ev].metric if ev != RUNS else None)
@@ -194,7 +194,7 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from eval.report import markdown_table
+    from eval.shared.report import markdown_table
 
     ev, metric = item["evaluation"], item.get("metric") or experiment.evaluations[item["evaluation"]].metric
     lines_axes = list(item.get("lines") or axis_names(experiment, ev))
@@ -269,7 +269,7 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from eval.report import markdown_table
+    from eval.shared.report import markdown_table
 
     tags = list(item.get("tags") or ["train/loss"])
     runs = [r for r in records if r["evaluation"] == RUNS and r["state"] == "done"]
@@ -329,7 +329,7 @@ def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Jo
 
 def _jobs_table(folder: Path, jobs: list[Job], here: Path) -> str:
     """Every job, its state, a link to its output (relative to ``here``, the report's folder)."""
-    from eval.report import markdown_table
+    from eval.shared.report import markdown_table
 
     rows = []
     for job in jobs:

@@ -40,7 +40,14 @@ def _within(name: str, prefixes) -> bool:
 
 
 def _eval_modules() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "eval").glob("*.py") if p.stem != "__init__")
+    """Every module under ``eval/`` but its top ``__init__``: ``probe.run``, ``shared.backbones``, ``probe`` (a package)."""
+    names = []
+    for p in (ROOT / "eval").rglob("*.py"):
+        parts = p.relative_to(ROOT / "eval").with_suffix("").parts
+        parts = parts[:-1] if parts[-1] == "__init__" else parts
+        if parts:
+            names.append(".".join(parts))
+    return sorted(names)
 
 
 def test_evaluators_never_import_training_code():
@@ -60,10 +67,20 @@ def test_importing_every_evaluator_module_loads_no_training_module():
 
 
 def test_every_eval_module_is_an_evaluators_or_shared():
-    owners = {m: name for name, modules in evaluators.EVALUATORS.items() for m in modules}
-    listed = sorted([*owners, *evaluators.SHARED])
-    assert len(listed) == len(set(listed)), "a module is listed twice in eval/__init__.py"
-    assert listed == _eval_modules(), "list each eval/ module once in eval.EVALUATORS or eval.SHARED"
+    """A module's family is its sub-package: every module of ``eval/`` lies in a package listed in
+    ``eval.EVALUATORS`` or in ``eval.SHARED``, every listed one is a package, none is listed twice."""
+    listed = [*evaluators.EVALUATORS, evaluators.SHARED]
+    assert len(listed) == len(set(listed)), "a package is listed twice in eval/__init__.py"
+    assert all((ROOT / "eval" / name / "__init__.py").is_file() for name in listed)
+    packages = sorted({m.split(".")[0] for m in _eval_modules()})
+    assert packages == sorted(listed), "put each eval/ module in an evaluator's package or the shared one"
+    assert all("." in m or m in listed for m in _eval_modules()), "no module directly under eval/"
+
+
+def test_every_evaluator_runs_as_a_module():
+    """``python -m eval.<family>`` works for each evaluator: its package has a ``__main__`` calling ``run.main``."""
+    for name in evaluators.EVALUATORS:
+        assert {"eval." + name + ".run", "eval." + name + ".run.main"} <= _imports(ROOT / "eval" / name / "__main__.py")
 
 
 def test_nothing_under_src_imports_eval_or_bench():
@@ -79,9 +96,9 @@ def test_nothing_under_src_imports_eval_or_bench():
 
 def test_the_import_scan_sees_relative_and_absolute_imports(tmp_path):
     """The rules above are only as good as ``_imports``: it must see ``from .x import``, ``from eval.x import``."""
-    names = _imports(ROOT / "eval" / "tokencut.py")
-    assert {"eval.ncut", "eval.backbones", "skipless.models"} <= names
-    assert "eval.tokencut_outputs" in names and "eval.probe" not in names
+    names = _imports(ROOT / "eval" / "tokencut" / "run.py")
+    assert {"eval.tokencut.ncut", "eval.shared.backbones", "skipless.models"} <= names
+    assert "eval.tokencut.outputs" in names and "eval.probe" not in names
 
 
 def test_no_utils_dumping_ground():

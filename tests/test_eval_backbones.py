@@ -1,4 +1,4 @@
-"""eval/backbones.py: CKPT items -> backbones, the random floor, clear errors; eval/report.py tables."""
+"""eval/shared/backbones.py: CKPT items -> backbones, the random floor, clear errors; eval/shared/report.py tables."""
 import os
 import shutil
 import time
@@ -6,9 +6,8 @@ import time
 import pytest
 import torch
 
-from eval.backbones import (BackboneNotFoundError, load_spec, newest_run, resolve_backbones,
-                            split_items)
-from eval.report import markdown_table
+from eval.shared.backbones import BackboneNotFoundError, load_spec, newest_run, resolve_backbones, split_items
+from eval.shared.report import markdown_table
 from skipless.models import create_vit, extract_features, save_backbone
 
 

@@ -1,8 +1,8 @@
-"""eval/corloc.py: IoU and CorLoc against a direct pixel-counting computation."""
+"""eval/tokencut/corloc.py: IoU and CorLoc against a direct pixel-counting computation."""
 import numpy as np
 import pytest
 
-from eval.corloc import best_iou, box_iou, corloc
+from eval.tokencut.corloc import best_iou, box_iou, corloc
 
 
 def _pixels(box, size=40):

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from eval import devices
-from eval.devices import resolve_device
+from eval.shared import devices
+from eval.shared.devices import resolve_device
 from skipless.config import ConfigError
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from eval.global_features import build_global_features, global_tokens
-from eval.knn import knn_scores, main
+from eval.shared.global_features import build_global_features, global_tokens
+from eval.knn.run import knn_scores, main
 from global_fixtures import SMALL, colour_images, register_colours, tiny_backbone
 from host_reads import HostReads
 from skipless.data.classification import LabelledImages

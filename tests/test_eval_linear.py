@@ -5,9 +5,10 @@ import json
 import pytest
 import torch
 
-from eval import knn, linear
-from eval.linear import train_and_score
-from eval.linear_heads import ClassifierHeads, best_lr_index, cosine_lr, evaluate_heads, train_heads
+from eval.knn import run as knn
+from eval.linear import run as linear
+from eval.linear.run import train_and_score
+from eval.linear.heads import ClassifierHeads, best_lr_index, cosine_lr, evaluate_heads, train_heads
 from global_fixtures import SMALL, register_colours, tiny_backbone
 from host_reads import HostReads
 

@@ -1,9 +1,9 @@
-"""eval/miou.py against an independent computation: per-class pixel sets over the whole dataset."""
+"""eval/probe/miou.py against an independent computation: per-class pixel sets over the whole dataset."""
 import numpy as np
 import pytest
 import torch
 
-from eval.miou import ConfusionMatrix, iou_per_class, mean_iou
+from eval.probe.miou import ConfusionMatrix, iou_per_class, mean_iou
 from host_reads import HostReads
 
 

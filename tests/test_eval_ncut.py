@@ -1,11 +1,12 @@
-"""eval/ncut.py: the graph, the Ncut vector against the dense generalized solve, seed and component rules."""
+"""eval/tokencut/ncut.py: the graph, the Ncut vector against the dense generalized solve, seed and component rules."""
 import numpy as np
 import pytest
 import scipy.linalg
 import torch
 
-from eval.ncut import (UNIQUE_GAP, affinity, bipartition, component_box, discover, lapack_spectrum, ncut_spectrum,
-                       reference_spectrum, second_eigenvector_reference, second_eigenvectors, seed_component)
+from eval.tokencut.ncut import (UNIQUE_GAP, affinity, bipartition, component_box, discover, lapack_spectrum,
+                                ncut_spectrum, reference_spectrum, second_eigenvector_reference, second_eigenvectors,
+                                seed_component)
 
 
 def _clustered(n: int, clusters: int, dim: int, seed: int) -> torch.Tensor:

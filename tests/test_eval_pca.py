@@ -1,9 +1,9 @@
-"""eval/pca_maps.py: PCA against numpy, the sign rule, min-max scaling, masking, shapes."""
+"""eval/pca/maps.py: PCA against numpy, the sign rule, min-max scaling, masking, shapes."""
 import numpy as np
 import pytest
 import torch
 
-from eval.pca_maps import aligned_signs, minmax, pca_rows, principal_projections, rgb_map, skew_signs
+from eval.pca.maps import aligned_signs, minmax, pca_rows, principal_projections, rgb_map, skew_signs
 
 
 def _feats(n=48, c=16, seed=0):

@@ -1,11 +1,11 @@
-"""eval/tokencut_result.py and its outputs: a block whose graphs are mostly complete has no CorLoc."""
+"""eval/tokencut/result.py and its outputs: a block whose graphs are mostly complete has no CorLoc."""
 from pathlib import Path
 
 import numpy as np
 
-from eval.backbones import BackboneSpec
-from eval.tokencut_outputs import comparison, plot_comparison
-from eval.tokencut_result import UNDEFINED_SHARE, BackboneResult
+from eval.shared.backbones import BackboneSpec
+from eval.tokencut.outputs import comparison, plot_comparison
+from eval.tokencut.result import UNDEFINED_SHARE, BackboneResult
 
 
 def _result(unique_per_block, hits_per_block):

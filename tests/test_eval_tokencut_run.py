@@ -7,8 +7,9 @@ import pytest
 import torch
 from PIL import Image
 
-from eval import pca, tokencut
-from eval.corloc import best_iou
+from eval.pca import run as pca
+from eval.tokencut import run as tokencut
+from eval.tokencut.corloc import best_iou
 
 from eval_fixtures import tiny_run
 

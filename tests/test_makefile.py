@@ -55,7 +55,7 @@ def test_paths_with_spaces_quotes_and_commas_reach_the_evaluator_as_typed(target
     shell and the config parser, the evaluator reads what the user typed."""
     import sys
 
-    from eval.backbones import split_items
+    from eval.shared.backbones import split_items
     from skipless.config import load_config
 
     echo = f"{sys.executable} -c 'import sys; print(*sys.argv[1:], sep=chr(10))'"

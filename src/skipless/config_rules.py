@@ -1,6 +1,6 @@
 """Rules for config values, shared by every entry point: key -> (check, what is expected).
 
-The pretraining schema (``training/schema.py``) and the evaluators' tables (``eval/settings_rules.py``)
+The pretraining schema (``training/schema.py``) and the evaluators' tables (``eval/shared/settings_rules.py``)
 build their rules from these pieces, so every bad value reads the same, one sentence that names the
 key, its value and what was expected:
 

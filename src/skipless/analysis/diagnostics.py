@@ -1,6 +1,6 @@
 """Every conditioning diagnostic of one backbone on one set of images, in one call.
 
-``make conditioning`` (``eval/conditioning.py``) and the pretraining callback
+``make conditioning`` (``eval/conditioning/run.py``) and the pretraining callback
 (``training/diagnostics_callbacks.py``) both call ``diagnose`` and read its result through
 ``result_to_json`` and ``scalars``, so the two report the same quantities under the same names:
 

@@ -3,7 +3,7 @@
 Cosine similarity between L2-normalised features; each of the k nearest training features votes
 for its label with weight ``exp(sim / T)``, T = 0.07 (DINO's ``eval_knn.py`` default). Used as an
 online sanity metric during pretraining: the teacher's CLS features on the embedded default's val
-split, labelled with each image's dominant object class; ``make knn`` (``eval/knn.py``) reads the
+split, labelled with each image's dominant object class; ``make knn`` (``eval/knn/run.py``) reads the
 votes of several k from one neighbour search (``iter_knn_votes``).
 """
 from __future__ import annotations

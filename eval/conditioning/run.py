@@ -43,18 +43,18 @@ from skipless.config_rules import Rule, boolean, integer, number, one_of, option
 from skipless.errors import exit_on_user_error
 from skipless.models import patch_grid
 
-from .backbones import BackboneSpec, load_spec, resolve_backbones
-from .devices import resolve_device
-from .output_dirs import check_outputs
-from .report import compare_dir, markdown_table, write_text
-from .settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
-from .square_images import load_images
-from .tb_events import event_writer
+from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
+from ..shared.devices import resolve_device
+from ..shared.output_dirs import check_outputs
+from ..shared.report import compare_dir, markdown_table, write_text
+from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
+from ..shared.square_images import load_images
+from ..shared.tb_events import event_writer
 
 MEASURE_LIST = Rule(lambda v: isinstance(v, list) and len(v) > 0 and all(m in MEASURES for m in v),
                     f"a non-empty list of measures among {', '.join(MEASURES)}")
 
-# Every key of configs/conditioning.yaml and its rule (eval/settings_rules.py).
+# Every key of configs/conditioning.yaml and its rule (eval/shared/settings_rules.py).
 RULES = {
     **{k: v for k, v in COMMON.items() if k != "norm"},
     "images": optional(text()),
@@ -291,6 +291,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     exit_on_user_error(lambda: run(load_config("conditioning", argv)))
 
-
-if __name__ == "__main__":
-    main()

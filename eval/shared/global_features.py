@@ -21,7 +21,7 @@ Per image, DINO's two global features (Caron et al. 2021; facebookresearch/dino 
 Images go through DINO's evaluation transform (``eval_transform``): shorter side resized (bicubic)
 to ``resize``, the centre ``crop`` x ``crop`` square, ImageNet normalisation. There is no
 augmentation: every image has one feature, so the backbone runs once per image for every k and every
-learning rate (DINO's linear training uses random resized crops and flips; see ``eval/linear.py``).
+learning rate (DINO's linear training uses random resized crops and flips; see ``eval/linear/run.py``).
 
 The cache is small (``(n_last_blocks + 1) x width`` float32 per image: 7.7 kB for ViT-S, 4 blocks),
 so it is kept: ``.npy`` files under ``<run>/eval/cache/global-<dataset>-<split>-<digest>/``, complete

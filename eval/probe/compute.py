@@ -1,7 +1,7 @@
 """The probe's compute step for one backbone: cache features, train every head, score them.
 
 ``probe_backbone`` returns a ``ProbeRun`` (the trained heads, their confusion matrices at the
-original label resolution, the caches they read, timings); ``probe_outputs.write_outputs`` turns it
+original label resolution, the caches they read, timings); ``outputs.write_outputs`` turns it
 into files; ``ProbeRun.release`` then deletes the caches that were built for this run only. Nothing
 here writes results, and nothing here reads the config except through ``ProbeSettings``.
 """
@@ -20,11 +20,11 @@ import torch
 
 from skipless.data.seg_views import Mirrored
 
-from .backbones import BackboneSpec, backbone_key, load_spec
+from ..shared.backbones import BackboneSpec, backbone_key, load_spec
 from .feature_cache import FeatureCache, build_cache
 from .linear_probe import LinearHeads, TrainResult, cache_batches, evaluate_cached, evaluate_full, train_heads
 from .miou import ConfusionMatrix
-from .probe_settings import ProbeSettings, layers_for, sizes_for
+from .settings import ProbeSettings, layers_for, sizes_for
 
 
 @dataclass

@@ -24,9 +24,9 @@ from skipless.config import ConfigError
 from skipless.data import SEGMENTATION_DATASETS, UnknownDatasetError
 from skipless.models import FeatureRequestError, resolve_layers
 
-from .devices import resolve_device
+from ..shared.devices import resolve_device
+from ..shared.settings_rules import BLOCKS, COMMON, check_rules
 from .linear_probe import OPTIMIZERS
-from .settings_rules import BLOCKS, COMMON, check_rules
 
 GROUPS = {"single": ("", "single"), "ms": ("-ms", "multiscale")}  # name -> (file suffix, title)
 AUGMENTATIONS = ("none", "flip")
@@ -64,7 +64,7 @@ class ProbeSettings:
 
 MULTISCALE = {"0": ("single",), "1": ("ms",), "both": ("single", "ms")}  # multiscale -> head groups
 
-# Every key of configs/probe.yaml and its rule (eval/settings_rules.py); datasets.<name> in DATASET_RULES.
+# Every key of configs/probe.yaml and its rule (eval/shared/settings_rules.py); datasets.<name> in DATASET_RULES.
 RULES = {
     **COMMON,
     "dataset": text(),  # a known one: resolve_settings, with UnknownDatasetError

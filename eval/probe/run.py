@@ -5,10 +5,10 @@ block (the last) or of several blocks concatenated (multiscale), a linear 1x1 he
 learning-rate sweep with the best reported, mIoU on the whole validation split. ``make probe``
 calls this with DATASET / MULTISCALE / LAYER / CKPT / ARGS mapped onto ``configs/probe.yaml``.
 
-The shape every evaluator has: settings resolved once (``probe_settings``), then per backbone
-(``eval/backbones.py``) the compute (``probe_compute``: features cached once, every head trained
+The shape every evaluator has: settings resolved once (``settings``), then per backbone
+(``eval/shared/backbones.py``) the compute (``compute``: features cached once, every head trained
 side by side over the cache, scored at the original label resolution with ``miou``), then the
-outputs (``probe_outputs``: JSON, figure, head, predictions, TensorBoard under ``<run>/eval/``, or
+outputs (``outputs``: JSON, figure, head, predictions, TensorBoard under ``<run>/eval/``, or
 ``<out>/<backbone>/`` with ``out=<folder>``). Settings and output folders are checked before any
 backbone is loaded or data read.
 
@@ -28,12 +28,12 @@ from skipless.config import load_config
 from skipless.data import build_split
 from skipless.errors import exit_on_user_error
 
-from .backbones import BackboneSpec, resolve_backbones
-from .output_dirs import check_outputs
-from .probe_compute import probe_backbone
-from .probe_outputs import open_writers, write_outputs
-from .probe_settings import GROUPS, ProbeSettings, resolve_settings
-from .report import compare_dir, markdown_table, write_text
+from ..shared.backbones import BackboneSpec, resolve_backbones
+from ..shared.output_dirs import check_outputs
+from ..shared.report import compare_dir, markdown_table, write_text
+from .compute import probe_backbone
+from .outputs import open_writers, write_outputs
+from .settings import GROUPS, ProbeSettings, resolve_settings
 
 
 def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict[str, dict]],
@@ -111,6 +111,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_on_user_error(lambda: run_probe(load_config("probe", argv)))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

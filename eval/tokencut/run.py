@@ -4,16 +4,16 @@
 
 The skipless paper (Ji et al., "Cutting the Skip", Section 6.2.2, Figure 3) scores its DINO
 backbones with TokenCut (Wang et al., TPAMI 2023) on VOC12 and COCO20k, comparing the blocks and
-reporting the best. For each backbone (``eval.backbones``) and each image (``skipless.data.DISCOVERY_DATASETS``,
-kept at its size and zero-padded as the reference does, ``eval.images``), one forward pass gives
-the chosen features of every block; the cut itself (``eval.ncut``) runs for all blocks in one
-batched eigensolve; CorLoc (``eval.corloc``) counts every image. A block whose graphs are mostly
+reporting the best. For each backbone (``eval.shared.backbones``) and each image (``skipless.data.DISCOVERY_DATASETS``,
+kept at its size and zero-padded as the reference does, ``eval.shared.images``), one forward pass gives
+the chosen features of every block; the cut itself (``eval.tokencut.ncut``) runs for all blocks in one
+batched eigensolve; CorLoc (``eval.tokencut.corloc``) counts every image. A block whose graphs are mostly
 complete has no defined Ncut and no CorLoc; the best block is chosen among the others
-(``eval.tokencut_result``).
+(``eval.tokencut.result``).
 
 The evaluator's shape: settings checked once (``check_settings``, the rules in ``RULES``) and the
-output folders checked (``eval.output_dirs``) before any backbone is loaded or image read,
-``evaluate`` computes a ``BackboneResult`` per backbone, ``eval.tokencut_outputs.write_outputs``
+output folders checked (``eval.shared.output_dirs``) before any backbone is loaded or image read,
+``evaluate`` computes a ``BackboneResult`` per backbone, ``eval.tokencut.outputs.write_outputs``
 writes it (JSON, boxes CSV, figure, TensorBoard under ``<run>/eval/``, or ``<out>/<backbone>/``
 with ``out=<folder>``), and ``run`` adds the table over backbones.
 """
@@ -35,16 +35,16 @@ from skipless.data import DISCOVERY_DATASETS, MalformedDatasetError, UnknownData
 from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, resolve_layers
 
-from .backbones import BackboneSpec, load_spec, resolve_backbones
+from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
+from ..shared.devices import resolve_device
+from ..shared.images import normalized, pad_to_multiple
+from ..shared.output_dirs import check_outputs
+from ..shared.report import compare_dir, write_text
+from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
 from .corloc import best_iou
-from .devices import resolve_device
-from .images import normalized, pad_to_multiple
-from .output_dirs import check_outputs
 from .ncut import UNIQUE_GAP, Discovery, affinity, discover, lapack_spectrum, ncut_spectrum, reference_spectrum
-from .report import compare_dir, write_text
-from .settings_rules import BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
-from .tokencut_outputs import comparison, output_stem, plot_comparison, write_outputs
-from .tokencut_result import BackboneResult
+from .outputs import comparison, output_stem, plot_comparison, write_outputs
+from .result import BackboneResult
 
 SOLVERS = ("auto", "torch", "lapack", "scipy")
 FEATURES = ("k", "q", "v", "out")
@@ -151,7 +151,7 @@ def evaluate(spec: BackboneSpec, dataset: Any, count: int, cfg: DictConfig, devi
     return result
 
 
-# Every key of configs/tokencut.yaml and its rule (eval/settings_rules.py); roots.<dataset> in rules_for.
+# Every key of configs/tokencut.yaml and its rule (eval/shared/settings_rules.py); roots.<dataset> in rules_for.
 RULES = {
     **COMMON,
     "dataset": text(),  # a known one: check_settings, with UnknownDatasetError
@@ -225,6 +225,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     exit_on_user_error(lambda: run(load_config("tokencut", argv)))
 
-
-if __name__ == "__main__":
-    main()

@@ -5,10 +5,10 @@
 The skipless paper shows its features as PCA images (Ji et al., "Cutting the Skip", Figures 4, 7
 and 8): deeper skipless blocks give whole objects one colour, and skip models look noisier. For a
 handful of images (the embedded default's val images, or a folder), every backbone of ``ckpt``
-gives the features of every block in one forward pass; ``eval.pca_maps`` turns each block's patch
+gives the features of every block in one forward pass; ``eval.pca.maps`` turns each block's patch
 features into an RGB map (3 principal components, min-max per channel, signs fixed along a row).
 Settings (the rules in ``RULES``) and output folders are checked once, before any backbone is loaded
-or image read (``check_settings``, ``eval.output_dirs``); ``eval.square_images`` reads the images
+or image read (``check_settings``, ``eval.shared.output_dirs``); ``eval.shared.square_images`` reads the images
 (unreadable ones skipped and counted), ``compute_maps`` computes a backbone's maps, and the figures
 are written from them.
 
@@ -34,15 +34,15 @@ from skipless.config import load_config
 from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, patch_grid, resolve_layers
 
-from .backbones import BackboneSpec, load_spec, resolve_backbones
-from .devices import resolve_device
-from .images import MEAN, STD
-from .output_dirs import check_outputs
-from .square_images import load_images
-from .pca_maps import pca_rows
-from .report import compare_dir
-from .settings_rules import BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
-from .tb_events import event_writer
+from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
+from ..shared.devices import resolve_device
+from ..shared.images import MEAN, STD
+from ..shared.output_dirs import check_outputs
+from ..shared.report import compare_dir
+from ..shared.settings_rules import BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
+from ..shared.square_images import load_images
+from ..shared.tb_events import event_writer
+from .maps import pca_rows
 
 FEATURES = ("out", "k", "q", "v")
 
@@ -100,7 +100,7 @@ class BackboneMaps:
     compare_feats: torch.Tensor  # (images, patches, C)
 
 
-# Every key of configs/pca.yaml and its rule (eval/settings_rules.py).
+# Every key of configs/pca.yaml and its rule (eval/shared/settings_rules.py).
 RULES = {
     **COMMON,
     "images": optional(text()),
@@ -174,6 +174,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     exit_on_user_error(lambda: run(load_config("pca", argv)))
 
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Weighted k-NN classification of frozen global features: ``python -m eval.knn dataset=default ckpt="runs/a random"``.
 
 DINO's k-NN evaluation (Caron et al. 2021, Section 4.1; facebookresearch/dino ``eval_knn.py``, after
-Wu et al. 2018): every image's feature is the CLS token after the final norm (``eval/global_features.py``),
+Wu et al. 2018): every image's feature is the CLS token after the final norm (``eval/shared/global_features.py``),
 L2-normalised; each validation image takes the ``k`` training images of highest cosine similarity,
 and each votes for its class with weight ``exp(sim / T)``, T = 0.07. Top-1 is the class with the most
 weight; top-5 counts the validation image when its class is among the five heaviest (a class with no
@@ -29,12 +29,12 @@ from skipless.config import ConfigError, load_config
 from skipless.config_rules import Rule, is_int, non_empty_list, number
 from skipless.errors import exit_on_user_error
 
-from .backbones import BackboneSpec, resolve_backbones
-from .global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
-                          load_splits, resolve_settings, write_json)
-from .output_dirs import check_outputs
-from .report import markdown_table
-from .tb_events import event_writer
+from ..shared.backbones import BackboneSpec, resolve_backbones
+from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
+                                  load_splits, resolve_settings, write_json)
+from ..shared.output_dirs import check_outputs
+from ..shared.report import markdown_table
+from ..shared.tb_events import event_writer
 
 RULES = {
     "ks": non_empty_list(Rule(lambda v: is_int(v) and v >= 1, "k"), "integers >= 1"),
@@ -151,6 +151,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_on_user_error(lambda: run_knn(load_config("knn", argv)))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Linear classification of frozen global features: ``python -m eval.linear dataset=default ckpt="runs/a random"``.
 
 DINO's linear evaluation (Caron et al. 2021, Section 4.1; facebookresearch/dino ``eval_linear.py``):
-a linear classifier (``eval/linear_heads.py``: no BatchNorm, N(0, 0.01^2) weights, SGD momentum 0.9,
+a linear classifier (``eval/linear/heads.py``: no BatchNorm, N(0, 0.01^2) weights, SGD momentum 0.9,
 no weight decay, cosine lr over the epochs, lr x batch / 256) on two inputs, trained side by side:
 
 - ``cls``: the CLS tokens of the last ``n_last_blocks`` blocks after the final norm, concatenated
@@ -17,7 +17,7 @@ of the sweep scores strictly better than every other, the run warns and the JSON
 
 No augmentation: DINO trains its linear layer on random resized crops and flips of each image,
 which needs a backbone pass per image and epoch; here the features are cached
-(``eval/global_features.py``, one centre crop per image, shared with ``make knn``), so every epoch
+(``eval/shared/global_features.py``, one centre crop per image, shared with ``make knn``), so every epoch
 sees the same feature of an image. That is the usual price of a fast linear evaluation; numbers
 are comparable between backbones of this suite, not to DINO's published ones.
 
@@ -38,14 +38,14 @@ from skipless.config import load_config
 from skipless.config_rules import integer, non_empty_list, number
 from skipless.errors import exit_on_user_error
 
-from .backbones import BackboneSpec, resolve_backbones
-from .global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
-                          load_splits, resolve_settings, write_json)
-from .linear_heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
-from .lr_sweep import sweep_edge
-from .output_dirs import check_outputs
-from .report import markdown_table
-from .tb_events import event_writer
+from ..shared.backbones import BackboneSpec, resolve_backbones
+from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
+                                  load_splits, resolve_settings, write_json)
+from ..shared.lr_sweep import sweep_edge
+from ..shared.output_dirs import check_outputs
+from ..shared.report import markdown_table
+from ..shared.tb_events import event_writer
+from .heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
 
 GROUPS = ("cls", "cls+avgpool")
 RULES = {
@@ -178,6 +178,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     exit_on_user_error(lambda: run_linear(load_config("linear", argv)))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

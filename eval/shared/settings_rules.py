@@ -3,8 +3,8 @@
 The building blocks (``Rule``, ``integer``, ``number`` ...) are ``skipless.config_rules``, shared with
 the pretraining schema; this module adds the keys every evaluator has and ``check_rules``.
 
-Each evaluator (``probe_settings``, ``tokencut``, ``pca``) lists its keys once, with a rule built
-here, and calls ``check_rules`` before it resolves a backbone, reads data or writes a file. A bad
+Each evaluator (``eval.probe.settings``, ``eval.tokencut.run``, ``eval.pca.run``) lists its keys once, with
+a rule built here, and calls ``check_rules`` before it resolves a backbone, reads data or writes a file. A bad
 value stops the run with one ``ConfigError`` sentence that names the key, its value and what was
 expected: ``epochs must be an integer >= 1, got 0``; ``lrs must be a non-empty list of finite
 numbers > 0, got [nan]``. What needs the backbone (a block index in range, a size that is a multiple
@@ -36,7 +36,7 @@ COMMON = {
     "runs_root": text(),
     "out": optional(text()),
     "seed": integer(0),
-    "device": text(),  # its name is checked by eval.devices.resolve_device
+    "device": text(),  # its name is checked by eval.shared.devices.resolve_device
     "norm": boolean(),
 }
 

@@ -21,14 +21,14 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from ..shared.lr_sweep import sweep_edge
+from ..shared.report import write_text
+from ..shared.tb_events import event_writer
+from .compute import ProbeRun, best_index, ids_hash
 from .feature_cache import FeatureCache
+from .figures import example_figure, figure_array, save_prediction
 from .linear_probe import LinearHeads, evaluate_full, upsample_argmax
-from .lr_sweep import sweep_edge
-from .probe_compute import ProbeRun, best_index, ids_hash
-from .probe_figures import example_figure, figure_array, save_prediction
-from .probe_settings import GROUPS, ProbeSettings
-from .report import write_text
-from .tb_events import event_writer
+from .settings import GROUPS, ProbeSettings
 
 
 def pct(x: float | None) -> float | None:

@@ -1,5 +1,5 @@
 """What ``make knn`` and ``make linear`` share: their common settings, the labelled splits, and the
-cached global features of each backbone (``eval/global_features.py``).
+cached global features of each backbone (``eval/shared/global_features.py``).
 
 Settings are checked once, before any backbone is resolved, data read or file written
 (``resolve_settings``); a bad value stops the run with one sentence naming the key. The dataset is

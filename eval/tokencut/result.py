@@ -2,7 +2,7 @@
 
 A block is **undefined** when more than half of its graphs (one per image) have no unique Ncut
 vector: the second and third eigenvalues of ``(D - A) x = lambda D x`` coincide (gap below
-``eval.ncut.UNIQUE_GAP``). With TokenCut's fixed tau = 0.2 that happens when every cosine
+``eval.tokencut.ncut.UNIQUE_GAP``). With TokenCut's fixed tau = 0.2 that happens when every cosine
 similarity of a block's patches is above tau (a complete graph, e.g. collapsed tokens of a deep
 skip-free block); any vector of the eigenspace is then a valid "Ncut vector", the box comes from
 how the eigensolver breaks the tie, and the block's CorLoc (10.1 on every such block of a
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .backbones import BackboneSpec
+from ..shared.backbones import BackboneSpec
 from .corloc import THRESHOLD
 from .ncut import Discovery
 

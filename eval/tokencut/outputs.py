@@ -7,7 +7,7 @@ Per backbone, into its ``<run>/eval/``:
     tokencut-<dataset>.png          images with true (green) and found (red) boxes, Ncut vector, object
     tb/                             TensorBoard: CorLoc per defined block (step = block), the figure
 and, over several backbones, ``runs/compare/tokencut-<dataset>.{md,png}`` (blocks x backbones), where
-an undefined block (``tokencut_result``) shows as ``undefined (<share of ambiguous graphs>%)``.
+an undefined block (``result``) shows as ``undefined (<share of ambiguous graphs>%)``.
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from skipless.data.conventions import IMAGENET_MEAN as MEAN
 from skipless.data.conventions import IMAGENET_STD as STD
 
+from ..shared.report import markdown_table, write_text
+from ..shared.tb_events import event_writer
 from .corloc import THRESHOLD, best_iou
-from .report import markdown_table, write_text
-from .tb_events import event_writer
-from .tokencut_result import UNDEFINED_SHARE, BackboneResult
+from .result import UNDEFINED_SHARE, BackboneResult
 
 UNDEFINED_NOTE = (f"undefined: more than {UNDEFINED_SHARE:.0f}% of the block's graphs have no unique Ncut vector "
                   "(every similarity above tau), so its boxes are the eigensolver's tie-breaks; in brackets that share")

@@ -1,0 +1,1 @@
+"""Conditioning diagnostics of backbones (``make conditioning``): ``run`` (the entry point)."""

@@ -1,0 +1,1 @@
+"""Weighted k-NN classification of frozen global features (``make knn``): ``run`` (the entry point)."""
