@@ -20,8 +20,7 @@ the rules it must keep (issue 28):
 
 The order of ``LAYERS`` is the one the code has. Two places in it are where they are for today's code,
 and move when issue 28 makes ``training/`` method-agnostic: ``ssl`` sits below ``training`` because
-``training/data.py`` builds DINO's multi-crop loaders and ``training/run_start.py`` raises
-``ssl.errors.NothingToResumeError``; ``supervised`` sits above ``training`` because it reuses its
+``training/data.py`` builds DINO's multi-crop loaders; ``supervised`` sits above ``training`` because it reuses its
 schema, loaders' skip tally and class counts. Once ``training/`` imports no method, the methods
 (``ssl``, ``supervised``) form one layer above it.
 """

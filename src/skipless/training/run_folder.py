@@ -64,6 +64,10 @@ class RunFolderTakenError(SkiplessError, FileExistsError):
     """A new run was asked for in a folder that already holds a run."""
 
 
+class NothingToResumeError(SkiplessError, FileNotFoundError):
+    """RESUME=1 was asked for a run that has no checkpoint to continue from (any training method)."""
+
+
 class ResumeMismatchError(SkiplessError, ValueError):
     """RESUME=1 with a config that would train something else than the run being resumed."""
 

@@ -11,9 +11,8 @@ from typing import Any, NamedTuple
 from omegaconf import DictConfig
 
 from ..config import save_config
-from ..ssl.errors import NothingToResumeError
 from .preflight import check_resume_world, read_resume_checkpoint
-from .run_folder import (RunFolderTakenError, check_new_run, free_name, is_first_process, record_resume,
+from .run_folder import (NothingToResumeError, RunFolderTakenError, check_new_run, free_name, is_first_process, record_resume,
                          resume_changes, set_aside_attempt)
 
 
