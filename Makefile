@@ -63,7 +63,7 @@ help: ## list targets and variables
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
-	@echo "       or a classification dataset (knn, linear: default and the readers of skipless/data/classification.py)"
+	@echo "       or a classification dataset (knn, linear: default and the readers of skipless/data/classification/classification.py)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
 	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); CKPT=init:<model>[:<arch>]: a preset at init;"
@@ -85,7 +85,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
 
 data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs/data/default.yaml), if missing
-	$(PY) -m skipless.data.synthetic
+	$(PY) -m skipless.data.generator.synthetic
 
 pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import torch
 
-from skipless.data.synthetic import generate
+from skipless.data.generator.synthetic import generate
 from skipless.models import create_vit, save_backbone
 
 

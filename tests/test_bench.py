@@ -5,7 +5,7 @@ import torch
 
 from bench.table import markdown_table
 from bench.tokencut_solvers import bench_tokencut
-from skipless.data.synthetic import generate
+from skipless.data.generator.synthetic import generate
 from skipless.models import create_vit, save_backbone
 
 

@@ -12,9 +12,9 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from skipless.data.classification import READERS, classification_split
+from skipless.data.classification.classification import READERS, classification_split
 from skipless.data.errors import CorruptImageWarning, DatasetNotFoundError, MalformedDatasetError, UnknownDatasetError
-from skipless.data.synthetic import CLASSES
+from skipless.data.generator.synthetic import CLASSES
 from seg_fixtures import write_voc
 
 WNIDS = ["n01440764", "n01443537", "n02119789"]  # sorted: the classes of ImageNet's train/

@@ -1,12 +1,12 @@
 """The ``digits`` reader: scikit-learn's 8 x 8 digits upsampled to 28 x 28 RGB, a fixed stratified 80/20
-split, no folder needed (``skipless/data/digits.py``)."""
+split, no folder needed (``skipless/data/classification/digits.py``)."""
 import numpy as np
 import pytest
 from scipy.ndimage import map_coordinates
 from sklearn.datasets import load_digits
 
-from skipless.data.classification import classification_split
-from skipless.data.digits import split_indices
+from skipless.data.classification.classification import classification_split
+from skipless.data.classification.digits import split_indices
 
 
 @pytest.fixture(scope="module")

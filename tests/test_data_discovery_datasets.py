@@ -1,4 +1,4 @@
-"""skipless/data/discovery_datasets.py and skipless/data/coco.py: the detection readers on tiny fixtures, clear errors."""
+"""skipless/data/discovery/ (discovery_datasets.py, coco.py): the detection readers on tiny fixtures, clear errors."""
 import json
 
 import numpy as np
@@ -7,8 +7,8 @@ from PIL import Image
 
 from skipless.config import ConfigError
 from skipless.data import DatasetNotFoundError, MalformedDatasetError, UnknownDatasetError
-from skipless.data.discovery_datasets import DISCOVERY_DATASETS, build_discovery
-from skipless.data.coco import COCO20kDetection, image_id_of
+from skipless.data.discovery.discovery_datasets import DISCOVERY_DATASETS, build_discovery
+from skipless.data.discovery.coco import COCO20kDetection, image_id_of
 
 XML = """<annotation><filename>{id}.jpg</filename><size><width>50</width><height>40</height><depth>3</depth></size>
 {objects}</annotation>"""

@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from skipless.data.ade20k import ADE20K
-from skipless.data.cocostuff import COCO_UNUSED_RAW_IDS, COCOSTUFF_CLASSES, COCOStuff
+from skipless.data.segmentation.ade20k import ADE20K
+from skipless.data.segmentation.cocostuff import COCO_UNUSED_RAW_IDS, COCOSTUFF_CLASSES, COCOStuff
 from skipless.data.errors import UnknownDatasetError
-from skipless.data.seg_views import Mirrored, random_subset
-from skipless.data.segmentation import VOCSegDataset
-from skipless.data.segmentation_datasets import SEGMENTATION_DATASETS, build_split
+from skipless.data.segmentation.seg_views import Mirrored, random_subset
+from skipless.data.segmentation.segmentation import VOCSegDataset
+from skipless.data.segmentation.segmentation_datasets import SEGMENTATION_DATASETS, build_split
 from skipless.data.errors import DatasetNotFoundError, MalformedDatasetError
 from skipless.data.voc import VOC_CLASSES
 
@@ -155,7 +155,7 @@ def test_mirrored_flips_image_and_labels_together(tmp_path):
 
 
 def test_an_rgb_label_map_is_found_from_png_headers_when_the_split_is_built(tmp_path):
-    from skipless.data.label_modes import png_mode
+    from skipless.data.segmentation.label_modes import png_mode
 
     write_ade20k(tmp_path, "training", [(1, 0), (2, 0)])
     write_ade20k(tmp_path, "validation", [(1, 0), (2, 0), (3, 0)])

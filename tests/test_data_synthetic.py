@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 from scipy import ndimage
 
-from skipless.data import scene_render, synthetic
-from skipless.data.synthetic import CLASSES, ensure_default, generate, is_complete
+from skipless.data.generator import scene_render, synthetic
+from skipless.data.generator.synthetic import CLASSES, ensure_default, generate, is_complete
 
 N_TRAIN, N_VAL = 12, 6
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,7 +190,7 @@ def test_a_real_voc_folder_is_never_overwritten(tmp_path):
 
 
 def test_concurrent_ranks_generate_once(tmp_path):
-    code = ("import sys; from skipless.data.synthetic import ensure_default; "
+    code = ("import sys; from skipless.data.generator.synthetic import ensure_default; "
             "ensure_default(sys.argv[1], n_train=6, n_val=2, seed=0, workers=1)")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with open(tmp_path / ".generate.lock", "a") as lock:
@@ -242,7 +242,7 @@ def test_make_data_and_ensure_default_take_root_and_sizes_from_the_data_yaml(mon
     from omegaconf import OmegaConf
 
     from skipless.config import CONFIG_DIR
-    from skipless.data import synthetic
+    from skipless.data.generator import synthetic
 
     d = OmegaConf.load(CONFIG_DIR / "data" / "default.yaml").data
     yaml_values = (str(d.root), d.n_train, d.n_val, d.seed)

@@ -11,7 +11,7 @@ from PIL import Image
 
 from skipless.data.errors import CorruptImageWarning, DatasetNotFoundError, MalformedDatasetError
 from skipless.data.image_folder import ImageFolderDataset, VOCImages
-from skipless.data.synthetic import CLASSES, generate
+from skipless.data.generator.synthetic import CLASSES, generate
 from skipless.data.voc import VOC_CLASSES, VOCClassification, VOCDetection, VOCSegmentation, voc_palette
 
 

@@ -28,7 +28,7 @@ def test_make_pretrain_maps_each_variable_set_onto_its_key():
 
 
 def test_make_data_reads_root_and_sizes_from_the_yaml():
-    assert dry_run("data").split() == ["python", "-m", "skipless.data.synthetic"]
+    assert dry_run("data").split() == ["python", "-m", "skipless.data.generator.synthetic"]
 
 
 def test_help_lists_the_recipes_and_the_default_choices():

@@ -15,7 +15,7 @@ from skipless.config import load_config
 from skipless.models import create_vit, save_backbone
 from skipless.pretrain import pretrain
 from skipless.train import train
-from skipless.data.synthetic import generate
+from skipless.data.generator.synthetic import generate
 from tiny_runs import DINO_TINY, SUP_TINY, Losses
 
 # model keys as a config sets them, and the create_vit arguments they mean

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from skipless.data.seg_views import Mirrored
+from skipless.data.segmentation.seg_views import Mirrored
 
 from ..shared.backbones import BackboneSpec, backbone_key, load_spec
 from .feature_cache import FeatureCache, build_cache

@@ -1,23 +1,31 @@
-"""Datasets: readers of the real layouts users already have, and the embedded default.
+"""Datasets: readers of the real layouts users already have, and the embedded default, in groups.
 
-``voc.py`` reads the PASCAL VOC layout, which the generated default (``synthetic.py``) also uses,
-so the default and real VOC share one code path; ``image_folder.py`` reads ImageNet-style folders
-for pretraining; ``segmentation.py``, ``ade20k.py``, ``cocostuff.py`` and ``seg_views.py`` read
-the dense probe's datasets, listed by name in ``segmentation_datasets.py``; ``voc.py`` and
-``coco.py`` read the object-discovery datasets, listed in ``discovery_datasets.py``; ``imagenet.py``,
-``cifar.py`` and ``tiny_imagenet.py`` read labelled images for supervised training and the k-NN /
-linear evaluators as a ``LabelledImages`` (``labelled.py``), listed by name in ``classification.py``; ``errors.py`` gives one clear error, pointing at data/README.md, when a dataset is
-missing. Nothing here imports torch: the readers are plain map-style datasets.
+At this level, what every group shares: ``voc.py`` reads the PASCAL VOC layout, which the generated
+default (``generator/synthetic.py``, drawn by ``generator/scene_render.py``) also uses, so the default
+and real VOC share one code path; ``image_folder.py`` reads ImageNet-style folders for pretraining;
+``errors.py`` gives one clear error, pointing at data/README.md, when a dataset is missing;
+``conventions.py`` the values every reader, transform and metric shares. The groups:
 
-``synthetic`` is imported on first use only, so that ``python -m skipless.data.synthetic`` does not
-find itself already imported by this package.
+- ``segmentation/``: the dense probe's datasets (``segmentation.py``, ``ade20k.py``, ``cocostuff.py``,
+  ``seg_views.py``, ``label_modes.py``), listed by name in ``segmentation_datasets.py``;
+- ``discovery/``: the object-discovery datasets (VOC's detection reader and ``coco.py``), listed in
+  ``discovery_datasets.py``;
+- ``classification/``: labelled images for supervised training and the k-NN / linear evaluators
+  (``imagenet.py``, ``cifar.py``, ``tiny_imagenet.py``, ``digits.py``) as a ``LabelledImages``
+  (``labelled.py``), listed by name in ``classification.py``;
+- ``generator/``: the embedded default (``synthetic.py``, ``scene_render.py``).
+
+Nothing here imports torch: the readers are plain map-style datasets.
+
+``synthetic`` is imported on first use only, so that ``python -m skipless.data.generator.synthetic``
+does not find itself already imported by this package.
 """
 from typing import Any
 
-from .discovery_datasets import DISCOVERY_DATASETS, build_discovery
+from .discovery.discovery_datasets import DISCOVERY_DATASETS, build_discovery
 from .errors import CorruptImageWarning, DatasetNotFoundError, MalformedDatasetError, UnknownDatasetError
 from .image_folder import ImageFolderDataset
-from .segmentation_datasets import SEGMENTATION_DATASETS, build_split
+from .segmentation.segmentation_datasets import SEGMENTATION_DATASETS, build_split
 from .voc import VOCClassification, VOCDetection, VOCImages, VOCSegmentation
 
 __all__ = [
@@ -29,6 +37,6 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("CLASSES", "ensure_default", "generate"):
-        from . import synthetic
+        from .generator import synthetic
         return getattr(synthetic, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Readers of the PASCAL VOC layout, shared by real VOC 2007/2012 and the embedded default.
 
-The embedded default is written in exactly this layout (``synthetic.py``), so one set of readers
+The embedded default is written in exactly this layout (``generator/synthetic.py``), so one set of readers
 serves both and a result on the default exercises the code path of a result on real VOC.
 ``root`` is always the data root that *contains* ``VOCdevkit/``:
 
@@ -33,7 +33,7 @@ VOC_CLASSES: tuple[str, ...] = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
     "cow", "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
     "train", "tvmonitor")
-MARKER = "skipless_default.json"  # written by synthetic.py into VOC2012/; marks the generated default
+MARKER = "skipless_default.json"  # written by generator/synthetic.py into VOC2012/; marks the generated default
 SEG_LAYOUT = ("<root>/VOCdevkit/VOC{year}/{{JPEGImages/<id>.jpg, {masks}/<id>.png, "
               "ImageSets/Segmentation/<split>.txt}}")
 DET_LAYOUT = ("<root>/VOCdevkit/VOC{year}/{{JPEGImages/<id>.jpg, Annotations/<id>.xml, "

@@ -1,4 +1,4 @@
-"""The labelled splits and loaders of a supervised run, by ``cfg.data.name`` (``data/classification.py``).
+"""The labelled splits and loaders of a supervised run, by ``cfg.data.name`` (``data/classification/``).
 
 The default is generated on first use, as for pretraining. The training loader is the pretraining's
 (one full batch per device checked before anything is written, ``SkipTally`` counting unreadable
@@ -13,8 +13,8 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from ..data.classification import LabelledImages, classification_split
-from ..data.synthetic import ensure_default
+from ..data.classification.classification import LabelledImages, classification_split
+from ..data.generator.synthetic import ensure_default
 from ..training.data import SkipTally, check_one_batch
 from .augment import eval_transform, train_transform
 

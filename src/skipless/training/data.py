@@ -20,7 +20,7 @@ from torchvision import transforms
 
 from ..config import ConfigError
 from ..data.image_folder import ImageFolderDataset, VOCImages
-from ..data.synthetic import ensure_default
+from ..data.generator.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ..ssl.multicrop import MultiCropAugmentation, collate_multicrop

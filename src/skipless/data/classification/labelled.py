@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from .errors import MalformedDatasetError, UnreadableSkips
-from .image_folder import READ_ERRORS, decode_rgb
+from ..errors import MalformedDatasetError, UnreadableSkips
+from ..image_folder import READ_ERRORS, decode_rgb
 
 
 class LabelledImages(UnreadableSkips):

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import missing_dataset
+from ..errors import missing_dataset
 from .segmentation import PairedFolders
-from .voc import IGNORE_INDEX, load_mask
+from ..voc import IGNORE_INDEX, load_mask
 
 COCO_THINGS: tuple[str, ...] = (
     "person", "bicycle", "car", "motorcycle", "airplane", "bus", "train", "truck", "boat",

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MalformedDatasetError, missing_dataset
+from ..errors import MalformedDatasetError, missing_dataset
 from .labelled import LabelledImages
 
 

@@ -16,8 +16,8 @@ from typing import Callable, Protocol
 import numpy as np
 from PIL import Image
 
-from .errors import MalformedDatasetError, missing_dataset
-from .voc import IGNORE_INDEX, VOCSegmentation, load_mask, load_rgb
+from ..errors import MalformedDatasetError, missing_dataset
+from ..voc import IGNORE_INDEX, VOCSegmentation, load_mask, load_rgb
 
 
 class SegDataset(Protocol):

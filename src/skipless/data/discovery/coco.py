@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .errors import MalformedDatasetError, missing_dataset
-from .voc import load_rgb
+from ..errors import MalformedDatasetError, missing_dataset
+from ..voc import load_rgb
 
 NAME = "COCO20k"
 LIST = "coco_20k_filenames.txt"

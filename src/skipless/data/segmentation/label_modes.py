@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .voc import MASK_MODES, mask_mode_error
+from ..voc import MASK_MODES, mask_mode_error
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 COLOUR_TYPES = {2: "RGB", 3: "P", 4: "LA", 6: "RGBA"}  # 0 (grey) depends on the bit depth: png_mode

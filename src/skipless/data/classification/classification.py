@@ -22,7 +22,7 @@ from PIL import Image
 
 from .cifar import CIFAR10, CIFAR100, read_cifar
 from .digits import read_digits
-from .errors import UnknownDatasetError
+from ..errors import UnknownDatasetError
 from .imagenet import read_imagenet
 from .labelled import LabelledImages
 from .tiny_imagenet import read_tiny_imagenet
@@ -33,7 +33,7 @@ SPLITS = ("train", "val")
 def _default(root: Path, split: str, transform) -> LabelledImages:
     """The embedded default: each scene labelled with its dominant object class (``VOCClassification``);
     scenes without any object pixel (label -1) are left out."""
-    from .voc import VOCClassification
+    from ..voc import VOCClassification
 
     scenes = VOCClassification(root, split)
     keep = np.flatnonzero(scenes.labels >= 0)

@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 from .ade20k import ADE20K
 from .cocostuff import COCOStuff
-from .errors import UnknownDatasetError
+from ..errors import UnknownDatasetError
 from .label_modes import check_label_modes
 from .seg_views import random_subset
 from .segmentation import VOCSegDataset
-from .voc import voc_dir
+from ..voc import voc_dir
 
 
 def _voc(root: str, split: str) -> VOCSegDataset:
@@ -26,7 +26,7 @@ def _voc(root: str, split: str) -> VOCSegDataset:
 def _default(root: str, split: str) -> VOCSegDataset:
     """The embedded default, generated on first use when its folder does not exist yet."""
     if not voc_dir(root).is_dir():
-        from .synthetic import ensure_default  # generation is only imported when needed
+        from ..generator.synthetic import ensure_default  # generation is only imported when needed
         ensure_default(root)
     return VOCSegDataset(root, split, name="default")
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import missing_dataset, own_folder_hint
+from ..errors import missing_dataset, own_folder_hint
 from .segmentation import PairedFolders
-from .voc import IGNORE_INDEX, load_mask
+from ..voc import IGNORE_INDEX, load_mask
 
 ADE20K_CLASSES: tuple[str, ...] = (
     "wall", "building", "sky", "floor", "tree", "ceiling", "road", "bed", "windowpane", "grass",

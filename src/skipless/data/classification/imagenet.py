@@ -25,8 +25,8 @@ import csv
 import os
 from pathlib import Path
 
-from .errors import MalformedDatasetError, missing_dataset, own_folder_hint
-from .image_folder import list_images
+from ..errors import MalformedDatasetError, missing_dataset, own_folder_hint
+from ..image_folder import list_images
 from .labelled import LabelledImages
 
 TITLE = "ImageNet"

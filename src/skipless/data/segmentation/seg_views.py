@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from ..config import ConfigError
+from ...config import ConfigError
 
 
 class _View:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import MalformedDatasetError, missing_dataset
-from .image_folder import list_images
+from ..errors import MalformedDatasetError, missing_dataset
+from ..image_folder import list_images
 from .labelled import LabelledImages
 
 FOLDER = "tiny-imagenet-200"

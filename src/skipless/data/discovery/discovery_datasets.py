@@ -7,7 +7,7 @@ Each reader gives ``(PIL RGB image, float32 boxes (n, 4))`` with boxes in contin
   difficult and truncated ones included. That is TokenCut's protocol: its ``--no_hard`` switch
   (dropping them) is off by default and its README runs ``--set trainval``
   (YangtaoWANG95/TokenCut ``main_tokencut.py``, ``datasets.py``; LOST's "VOC_all" setting).
-- ``coco20k``: the 19,817-image subset of COCO train2014 (``skipless.data.coco``), crowds dropped.
+- ``coco20k``: the 19,817-image subset of COCO train2014 (``skipless.data.discovery.coco``), crowds dropped.
 - ``default``: the embedded generated scenes, which are written in the VOC layout, read with their
   XML boxes. The split is ``val`` (1,000 images): the pretraining demo trains on ``train``, so
   ``val`` is unseen, as VOC is for a backbone pretrained on ImageNet; it also keeps a run of two
@@ -22,10 +22,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..config import ConfigError
+from ...config import ConfigError
 from .coco import COCO20kDetection
-from .errors import DatasetNotFoundError, UnknownDatasetError
-from .voc import VOCDetection
+from ..errors import DatasetNotFoundError, UnknownDatasetError
+from ..voc import VOCDetection
 
 
 @dataclass(frozen=True)
