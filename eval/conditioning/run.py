@@ -43,9 +43,9 @@ from skipless.config_rules import Rule, boolean, integer, number, one_of, option
 from skipless.errors import exit_on_user_error
 from skipless.models import patch_grid
 
-from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
+from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
-from ..shared.output_dirs import check_outputs
+from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import compare_dir, markdown_table, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
 from ..shared.square_images import load_images
@@ -246,8 +246,7 @@ def _load_images(cfg: DictConfig, num: int, size: int) -> torch.Tensor:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Measure every backbone of ``cfg.ckpt`` and write the report; returns the written paths and results."""
     device = check_settings(cfg)
-    specs = resolve_backbones(cfg.ckpt, cfg.runs_root, out=cfg.out)
-    check_outputs(specs, cfg.runs_root, cfg.out)
+    specs = backbones_to_evaluate(cfg)
     images = _load_images(cfg, int(cfg.num_images), int(cfg.image_size))
     j_images = (_load_images(cfg, int(cfg.jacobian.images), int(cfg.jacobian.image_size))
                 if "jacobian" in cfg.measures else None)

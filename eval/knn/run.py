@@ -29,10 +29,10 @@ from skipless.config import ConfigError, load_config
 from skipless.config_rules import Rule, is_int, non_empty_list, number
 from skipless.errors import exit_on_user_error
 
-from ..shared.backbones import BackboneSpec, resolve_backbones
+from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
                                   load_splits, resolve_settings, write_json)
-from ..shared.output_dirs import check_outputs
+from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import markdown_table
 from ..shared.tb_events import event_writer
 
@@ -122,8 +122,7 @@ def run_knn(cfg: DictConfig) -> dict[str, dict]:
     settings, ks = check_settings(cfg)
     if cfg.cpu_threads is not None:
         torch.set_num_threads(int(cfg.cpu_threads))
-    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root, out=cfg.out)
-    check_outputs(specs, cfg.runs_root, cfg.out)
+    specs = backbones_to_evaluate(cfg)
     train, val = load_splits(settings)
     print(f"knn {describe_splits(settings, train, val)}, k {ks}, T {cfg.temperature:g}, "
           f"backbones: {', '.join(s.name for s in specs)}", flush=True)

@@ -38,11 +38,11 @@ from skipless.config import load_config
 from skipless.config_rules import integer, non_empty_list, number
 from skipless.errors import exit_on_user_error
 
-from ..shared.backbones import BackboneSpec, resolve_backbones
+from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
                                   load_splits, resolve_settings, write_json)
 from ..shared.lr_sweep import sweep_edge
-from ..shared.output_dirs import check_outputs
+from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import markdown_table
 from ..shared.tb_events import event_writer
 from .heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
@@ -144,8 +144,7 @@ def run_linear(cfg: DictConfig) -> dict[str, dict]:
     settings = resolve_settings(cfg, RULES)
     if cfg.cpu_threads is not None:
         torch.set_num_threads(int(cfg.cpu_threads))
-    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root, out=cfg.out)
-    check_outputs(specs, cfg.runs_root, cfg.out)
+    specs = backbones_to_evaluate(cfg)
     train, val = load_splits(settings)
     print(f"linear {describe_splits(settings, train, val)}, lrs {list(cfg.lrs)} x {int(cfg.batch_size)}/256, "
           f"{cfg.epochs} epochs, backbones: {', '.join(s.name for s in specs)}", flush=True)

@@ -34,10 +34,10 @@ from skipless.config import load_config
 from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, patch_grid, resolve_layers
 
-from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
+from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.images import MEAN, STD
-from ..shared.output_dirs import check_outputs
+from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import compare_dir
 from ..shared.settings_rules import BLOCK, BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
 from ..shared.square_images import load_images
@@ -147,8 +147,7 @@ def checkpoint_maps(results: list[BackboneMaps], threshold: float | None) -> lis
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Draw the PCA grids of every backbone of ``cfg.ckpt``; returns the written paths."""
     device, threshold, stem = check_settings(cfg)
-    specs = resolve_backbones(cfg.ckpt, cfg.runs_root, out=cfg.out)
-    check_outputs(specs, cfg.runs_root, cfg.out)
+    specs = backbones_to_evaluate(cfg)
     images = load_images(cfg)
     names, x = images.names, images.x
     written: dict[str, Any] = {"blocks": {}, "checkpoints": None, "skipped": images.skipped}

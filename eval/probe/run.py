@@ -28,8 +28,8 @@ from skipless.config import load_config
 from skipless.data import build_split
 from skipless.errors import exit_on_user_error
 
-from ..shared.backbones import BackboneSpec, resolve_backbones
-from ..shared.output_dirs import check_outputs
+from ..shared.backbones import BackboneSpec
+from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import compare_dir, markdown_table, write_text
 from .compute import probe_backbone
 from .outputs import open_writers, write_outputs
@@ -74,8 +74,7 @@ def run_probe(cfg: DictConfig) -> dict[str, dict[str, dict]]:
     settings = resolve_settings(cfg)
     if cfg.cpu_threads is not None:
         torch.set_num_threads(int(cfg.cpu_threads))
-    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root, out=cfg.out)
-    check_outputs(specs, cfg.runs_root, cfg.out)
+    specs = backbones_to_evaluate(cfg)
     train_ds, val_ds = _splits(settings)
     print(f"probe {settings.dataset}: {len(train_ds)} train / {len(val_ds)} val images, {train_ds.num_classes} classes, "
           f"{'+'.join(GROUPS[g][1] for g in settings.groups)}, lrs {list(settings.lrs)}, {cfg.epochs} epochs, "

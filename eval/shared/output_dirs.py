@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 from skipless.errors import SkiplessError
 
-from .backbones import BackboneSpec
+from .backbones import BackboneSpec, resolve_backbones
 from .report import compare_dir
 
 
@@ -49,3 +49,11 @@ def check_outputs(specs: Sequence[BackboneSpec], runs_root: str, out: str | None
     """``check_writable`` on every backbone's ``out_dir`` and, with several backbones, the compare folder."""
     folders = [s.out_dir for s in specs] + ([compare_dir(runs_root, out)] if len(specs) > 1 else [])
     check_writable(folders, out)
+
+
+def backbones_to_evaluate(cfg) -> list[BackboneSpec]:
+    """The backbones an evaluator's ``ckpt`` / ``runs_root`` / ``out`` keys name, with every output folder
+    checked writable before any feature is computed (``resolve_backbones``, then ``check_outputs``)."""
+    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root, out=cfg.out)
+    check_outputs(specs, cfg.runs_root, cfg.out)
+    return specs

@@ -35,10 +35,10 @@ from skipless.data import DISCOVERY_DATASETS, MalformedDatasetError, UnknownData
 from skipless.errors import exit_on_user_error
 from skipless.models import patch_features, resolve_layers
 
-from ..shared.backbones import BackboneSpec, load_spec, resolve_backbones
+from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.images import normalized, pad_to_multiple
-from ..shared.output_dirs import check_outputs
+from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import compare_dir, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules, require_feature_out_for_norm
 from .corloc import best_iou
@@ -189,8 +189,7 @@ def check_settings(cfg: DictConfig) -> tuple[torch.device, str]:
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Evaluate every backbone of ``cfg.ckpt`` on ``cfg.dataset``; returns their summaries."""
     device, split = check_settings(cfg)
-    specs = resolve_backbones(cfg.ckpt, cfg.runs_root, out=cfg.out)
-    check_outputs(specs, cfg.runs_root, cfg.out)
+    specs = backbones_to_evaluate(cfg)
     dataset = build_discovery(cfg.dataset, cfg.roots[cfg.dataset], split)
     count = len(dataset) if cfg.max_images is None else min(len(dataset), int(cfg.max_images))
     summaries = []
