@@ -8,6 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+SSL ?=
 MODEL ?=
 OPT ?=
 DATA ?=
@@ -35,7 +36,7 @@ opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
 # A path setting reaches the config parser as the very text typed, quotes and all (CKPT='"runs/my run" random',
 # OUT="/data/my results"): YAML single quotes, inside shell single quotes.
 popt = $(if $(strip $(2)),'$(subst ','\'',$(1)='$(subst ','',$(strip $(2)))')')
-PRETRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
+PRETRAIN_ARGS = $(call opt,ssl,$(SSL)) $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
 TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,dataset,$(or $(DATA),$(DATASET))) \
@@ -53,6 +54,7 @@ help: ## list targets and variables
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## (.*)/  make \1\t\2/' | expand -t 20
 	@echo
 	@echo "Variables of make pretrain (unset: the defaults of configs/pretrain.yaml, shown below):"
+	@echo "  SSL=$(call choices,ssl) (the self-supervised method: configs/ssl/, src/skipless/ssl/)"
 	@echo "  MODEL=$(call choices,model)   OPT=$(call choices,optim)"
 	@echo "  DATA=$(call choices,data)   DATA_ROOT=path to a real dataset (see data/README.md)"
 	@echo "  RECIPE=$(call choices,recipe) (the run's scale: the CPU demo or the paper's recipe)"
@@ -87,7 +89,7 @@ setup: $(STAMP) ## create .venv and install skipless with its dependencies (auto
 data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs/data/default.yaml), if missing
 	$(PY) -m skipless.data.generator.synthetic
 
-pretrain: $(STAMP) ## DINO pretraining: MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
+pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
 train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|digits RECIPE= GPUS= RESUME= ARGS=

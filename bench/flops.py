@@ -29,7 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from skipless.models.attention import use_explicit_attention
 from skipless.pretrain import backbone_factory
-from skipless.ssl.dino_module import DINO
+from skipless.ssl.dino.module import DINO
 from skipless.supervised.classifier import Supervised
 
 # Dense bf16 tensor-core peaks in TFLOP/s, half the "with sparsity" figure of the vendor datasheets:

@@ -19,6 +19,7 @@ import time
 import torch
 
 from skipless.config import load_config
+from skipless.ssl import method_of
 from skipless.training.data import pretrain_dataset, pretrain_loader
 
 from .table import markdown_table
@@ -32,7 +33,8 @@ GPU_SIZES = ["recipe=paper", "data=default", "dino.global_crop_size=224", "dino.
 def loader_row(overrides: list[str], num_workers: int, batches: int) -> dict:
     """Images/s of the run's loader with ``num_workers`` workers over ``batches`` batches after the first."""
     cfg = load_config("pretrain", [*overrides, f"train.num_workers={num_workers}"])
-    loader = pretrain_loader(cfg, pretrain_dataset(cfg))
+    method = method_of(cfg)  # DINO's multi-crop views and collate (the sizes below are DINO's keys)
+    loader = pretrain_loader(cfg, pretrain_dataset(cfg, method.transform(cfg)), method.collate)
     batch, d = int(cfg.train.batch_size_per_device), cfg.dino
     start = time.perf_counter()
     it = iter(loader)

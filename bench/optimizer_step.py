@@ -16,7 +16,7 @@ from skipless.config import load_config
 from skipless.optim import IMPLEMENTATIONS, optimizer_from_config
 from skipless.optim.param_groups import param_groups
 from skipless.pretrain import backbone_factory
-from skipless.ssl.dino_module import DINO
+from skipless.ssl.dino.module import DINO
 
 from .table import markdown_table
 

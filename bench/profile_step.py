@@ -1,6 +1,6 @@
 """The ``profile`` section of ``make bench``: where the time of our DINO step goes, by torch.profiler.
 
-Our step (``skipless.ssl.dino_module.DINO`` under ``Trainer.fit``, fp32 on the CPU) at the sizes of the
+Our step (``skipless.ssl.dino.module.DINO`` under ``Trainer.fit``, fp32 on the CPU) at the sizes of the
 ``official`` section, profiled on the CPU; its parts are the ``record_function`` ranges the module
 opens (``dino_module.RANGES``), the optimizer's own ``Optimizer.step#...`` range inside ours, and the
 DataLoader's ``enumerate(DataLoader)...`` range. A step is the time from one ``on_train_batch_end``
@@ -17,7 +17,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from skipless.pretrain import backbone_factory
-from skipless.ssl.dino_module import DINO, RANGES
+from skipless.ssl.dino.module import DINO, RANGES
 
 from .side_by_side import cpu_trainer, loaders, our_config, sizes
 from .table import markdown_table

@@ -250,7 +250,7 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
     import sys
 
     from bench.side_by_side import COLUMNS, section_official, sizes
-    from skipless.ssl.dino_module import DINO
+    from skipless.ssl.dino.module import DINO
 
     log = tmp_path / "calls.log"
     repo = fake_dino(tmp_path / "dino", log)
@@ -284,7 +284,7 @@ def test_official_side_by_side_alternates_both_steps_and_reports_the_ratio(tmp_p
 @pytest.mark.parametrize("native_bf16", [True, False])
 def test_official_section_adds_our_bf16_row_where_the_cpu_has_native_bf16(tmp_path, monkeypatch, native_bf16):
     import bench.side_by_side as side
-    from skipless.ssl.dino_module import DINO
+    from skipless.ssl.dino.module import DINO
 
     monkeypatch.setattr(side, "cpu_has_native_bf16", lambda: native_bf16)
     ran_in = []

@@ -25,7 +25,8 @@ def test_defaults_and_group_choice():
     cfg = load_config("pretrain", ["model=skip", "optim=soap"])
     assert cfg.model.residual == "skip" and cfg.model.drop_path_rate == 0.0
     assert cfg.optim.name == "soap" and cfg.optim.precondition_frequency == 10
-    assert dict(cfg.choices) == {"model": "skip", "optim": "soap", "data": "default", "recipe": "demo"}
+    assert dict(cfg.choices) == {"ssl": "dino", "model": "skip", "optim": "soap", "data": "default", "recipe": "demo"}
+    assert cfg.ssl == "dino" and cfg.dino.out_dim == 1024  # the method and its section come from configs/ssl/dino.yaml
 
 
 def test_lr_comes_from_the_model_preset_per_optimizer():
@@ -103,8 +104,10 @@ DEMO = {
     "diagnostics.images": 16, "diagnostics.jacobian_images": 1, "diagnostics.tol": 1e-3, "diagnostics.max_iter": 300,
     "diagnostics.dtype": "float64",
     "diagnostics.budget_s": 6,  # issue 27: the demo's diagnostics bounded near 10% of its wall time
+    "diagnostics.rank_images": 256,  # issue 29: the class-token effective rank beside the k-NN (seed 002, Fig. 5)
     "data.name": "default", "data.root": "data/default", "data.n_train": 2000, "data.n_val": 1000, "data.seed": 0,
     "choices.model": "skipless", "choices.optim": "adamw", "choices.data": "default", "choices.recipe": "demo",
+    "ssl": "dino", "choices.ssl": "dino",  # issue 28: the method is a group (configs/ssl/dino.yaml), DINO by default
 }
 
 
@@ -169,8 +172,25 @@ def test_model_optim_and_data_groups_set_only_their_own_section(group):
         assert keys and all(k.startswith(f"{group}.") for k in keys), (path.name, sorted(keys))
 
 
-def test_recipes_set_no_data_or_run_keys_and_only_keys_pretrain_yaml_has():
+def pretrain_keys() -> dict:
+    """The keys of pretrain.yaml and of every method's section (configs/ssl/*.yaml), with their defaults."""
     base = flat(OmegaConf.load(CONFIG_DIR / "pretrain.yaml"))
+    for path in sorted((CONFIG_DIR / "ssl").glob("*.yaml")):
+        base.update(flat(OmegaConf.load(path)))
+    return base
+
+
+def test_ssl_groups_set_the_method_and_only_its_own_section():
+    files = sorted((CONFIG_DIR / "ssl").glob("*.yaml"))
+    assert "dino" in [p.stem for p in files]
+    for path in files:
+        keys = flat(OmegaConf.load(path))
+        assert keys["ssl"] == path.stem, path.name
+        assert all(k == "ssl" or k.startswith(f"{path.stem}.") for k in keys), (path.name, sorted(keys))
+
+
+def test_recipes_set_no_data_or_run_keys_and_only_keys_pretrain_yaml_has():
+    base = pretrain_keys()
     for path in sorted((CONFIG_DIR / "recipe").glob("*.yaml")):
         keys = flat(OmegaConf.load(path))
         assert not [k for k in keys if k.startswith(("data.", "run."))], path.name
@@ -179,7 +199,7 @@ def test_recipes_set_no_data_or_run_keys_and_only_keys_pretrain_yaml_has():
 
 def test_no_group_file_restates_a_value_of_pretrain_yaml():
     """Every default is written once: a group file sets a key only to change it."""
-    base = flat(OmegaConf.load(CONFIG_DIR / "pretrain.yaml"))
+    base = pretrain_keys()
     for group in ("model", "optim", "data", "recipe"):
         for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
             restated = {k: v for k, v in flat(OmegaConf.load(path)).items() if k in base and base[k] == v}
@@ -206,6 +226,22 @@ def test_a_default_may_follow_an_earlier_groups_choice(tmp_path):
     (tmp_path / "c" / "x.yaml").write_text("{}\n")
     with pytest.raises(ConfigError, match="default of b depends on 'c'"):
         load_config("entry", [], tmp_path)
+
+
+def test_a_default_row_may_name_several_earlier_choices(tmp_path):
+    """``"a=x,c=y": p``: every term must hold (the recipe follows both the method and the data)."""
+    for group in "acb":
+        (tmp_path / group).mkdir()
+    (tmp_path / "entry.yaml").write_text('defaults:\n  a: x\n  c: y\n  b: {"a=x,c=y": p, "a=x": q, otherwise: r}\n'
+                                         "v: 0\n")
+    for name in ("a/x", "a/z", "c/y", "c/w"):
+        (tmp_path / f"{name}.yaml").write_text("{}\n")
+    for name, value in (("b/p", 1), ("b/q", 2), ("b/r", 3)):
+        (tmp_path / f"{name}.yaml").write_text(f"v: {value}\n")
+    assert load_config("entry", [], tmp_path).v == 1
+    assert load_config("entry", ["c=w"], tmp_path).v == 2
+    assert load_config("entry", ["a=z"], tmp_path).v == 3
+    assert load_config("entry", ["a=z", "c=w"], tmp_path).v == 3
 
 
 def test_null_model_keys_build_the_papers_values():

@@ -18,11 +18,9 @@ the rules it must keep (issue 28):
     modules from the bottom up, and a module imports only from its own sub-package (sideways) or from
     a unit of a lower layer. Two units of one layer do not import each other.
 
-The order of ``LAYERS`` is the one the code has. Two places in it are where they are for today's code,
-and move when issue 28 makes ``training/`` method-agnostic: ``ssl`` sits below ``training`` because
-``training/data.py`` builds DINO's multi-crop loaders; ``supervised`` sits above ``training`` because it reuses its
-schema, loaders' skip tally and class counts. Once ``training/`` imports no method, the methods
-(``ssl``, ``supervised``) form one layer above it.
+The order of ``LAYERS`` is the one the code has. ``training/`` imports no method and reads none of a
+method's keys (issue 28): the methods, self-supervised (``ssl``: DINO, MAE) and supervised, form one
+layer above it, and neither imports the other.
 """
 from __future__ import annotations
 
@@ -44,9 +42,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "optim", "data"),                    # the ViT family, optimizers, dataset readers
     ("analysis", "summary"),                        # k-NN and conditioning on a model; the run header
     ("divergence",),                                # the loss check every training module runs
-    ("ssl",),                                       # DINO's head, loss, multi-crop and module
-    ("training",),                                  # trainer, callbacks, loaders, run folders
-    ("supervised",),                                # the supervised classifier (reuses training's parts)
+    ("training",),                                  # trainer, callbacks, loaders, run folders: no method
+    ("ssl", "supervised"),                          # the methods: ssl/<name>/ (DINO, MAE), the classifier
     ("pretrain", "train"),                          # the entry points
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}

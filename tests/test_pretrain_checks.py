@@ -13,11 +13,12 @@ import pytest
 from PIL import Image
 
 import skipless.pretrain as pretrain_module
-from skipless.config import available, leaf_values, load_config
-from skipless.pretrain import main, pretrain, run_dir_of
+from skipless.config import ConfigError, available, leaf_values, load_config
+from skipless.pretrain import check_keys, main, pretrain, run_dir_of
 from skipless.divergence import divergence_message
 from skipless.training.interrupt import resume_message
-from skipless.training.schema import RULES, SKIPPED, check_pretrain_config, rule_of
+from skipless.ssl import METHODS
+from skipless.training.schema import RULES, SKIPPED, rule_of
 
 # A tiny run on an image folder (DATA=imagenet picks the paper's recipe: its scale is undone here).
 TINY_FOLDER = [
@@ -78,12 +79,23 @@ def test_bad_values_are_one_sentence_before_anything_is_written(tmp_path, capsys
 
 
 def test_every_key_of_every_group_choice_has_a_rule_and_the_shipped_configs_pass():
-    for model, optim, data, recipe in itertools.product(*(available(g) for g in ("model", "optim", "data", "recipe"))):
-        cfg = load_config("pretrain", [f"model={model}", f"optim={optim}", f"data={data}", f"recipe={recipe}"])
-        check_pretrain_config(cfg)
+    """Every choice of every group, under every method: each key has a rule (the shared ones or the method's)
+    and the shipped values pass; a recipe written for another method (it sets that method's section) is
+    refused in one sentence instead of being half applied."""
+    groups = ("ssl", "model", "optim", "data", "recipe")
+    for ssl, model, optim, data, recipe in itertools.product(*(available(g) for g in groups)):
+        cfg = load_config("pretrain", [f"ssl={ssl}", f"model={model}", f"optim={optim}", f"data={data}",
+                                       f"recipe={recipe}"])
+        others = [m for m in METHODS if m != ssl and m in cfg]
+        if others:
+            with pytest.raises(ConfigError, match=f"recipe={recipe} sets keys of ssl={others[0]}"):
+                check_keys(cfg)
+            continue
+        check_keys(cfg)
+        rules = {**RULES, **METHODS[ssl].rules}
         keys = [k for k in leaf_values(cfg) if not any(k.startswith(p.rstrip("*")) for p in SKIPPED)]
-        assert all(rule_of(k) is not None for k in keys), [k for k in keys if rule_of(k) is None]
-    assert all(rule.expected for rule in RULES.values())
+        assert all(rule_of(k, rules) is not None for k in keys), [k for k in keys if rule_of(k, rules) is None]
+    assert all(rule.expected for ssl in METHODS for rule in {**RULES, **METHODS[ssl].rules}.values())
 
 
 def test_a_dataset_smaller_than_one_batch_is_refused_before_the_run_folder(tmp_path, capsys):

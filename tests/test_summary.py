@@ -5,12 +5,19 @@ import pytest
 import torch
 
 from skipless.config import load_config
-from skipless.summary import describe_model, lr_key, peak_lr, pretrain_header
+from skipless.ssl import method_of
+from skipless.summary import describe_model, lr_key, peak_lr
+from skipless.summary import pretrain_header as shared_header
+
+
+def pretrain_header(cfg, run_dir=None):
+    """The header make pretrain prints: the shared lines and the method's (pretrain.main)."""
+    return shared_header(cfg, run_dir, method_lines=method_of(cfg).header(cfg))
 
 
 def test_demo_header_shows_its_recipe():
     text = pretrain_header(load_config("pretrain"), "runs/skipless-adamw-default")
-    for part in ("model=skipless optim=adamw data=default recipe=demo -> runs/skipless-adamw-default",
+    for part in ("ssl=dino model=skipless optim=adamw data=default recipe=demo -> runs/skipless-adamw-default",
                  "vit_tiny/16", "residual skipless", "init cutskip (alpha 1.8, beta 1, c 3, center_mlp true)",
                  "pooling avg", "drop-path 0", "2 x 96 px + 4 x 48 px", "1024 prototypes", "teacher temp 0.02",
                  "4 epochs", "global batch 32 (32/device x 1)", "adamw",

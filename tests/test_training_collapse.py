@@ -1,4 +1,4 @@
-"""Collapse detection (``training/collapse.py``): the rules against constructed values and the real
+"""Collapse detection (``training/collapse.py``, DINO's rule in ``ssl/dino/collapse.py``): the rules against constructed values and the real
 losses, and tiny runs forced to collapse (flagged in the log once, in TensorBoard, in ``summary.json``
 and in the checkpoint) beside healthy ones (not flagged)."""
 import json
@@ -13,12 +13,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from skipless.config import load_config
 from skipless.pretrain import pretrain
 from skipless.pretrain import run_dir_of as pretrain_dir
-from skipless.ssl.loss import DINOLoss
+from skipless.ssl.dino.loss import DINOLoss
 from skipless.train import run_dir_of as train_dir
 from skipless.train import train
-from skipless.training import collapse
-from skipless.training.collapse import (ClassCounts, DINOCollapse, dino_collapse, label_entropy,
-                                        supervised_collapse)
+from skipless.ssl.dino import collapse
+from skipless.ssl.dino.collapse import DINOCollapse, dino_collapse
+from skipless.training.collapse import ClassCounts, label_entropy, supervised_collapse
 from tiny_runs import DINO_TINY, SUP_TINY
 
 K = 1024

@@ -17,7 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from skipless.config import load_config
 from skipless.pretrain import pretrain, run_dir_of
-from skipless.ssl import dino_module
+from skipless.ssl.dino import module as dino_module
 from skipless.train import run_dir_of as train_run_dir_of
 from skipless.train import train
 from skipless.training import diagnostics_callbacks

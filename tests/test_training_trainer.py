@@ -151,7 +151,7 @@ def test_the_layer_sync_lightning_applies_keeps_the_dino_module_as_it_was():
     from lightning.pytorch.plugins.layer_sync import TorchSyncBatchNorm
 
     from skipless.pretrain import backbone_factory
-    from skipless.ssl.dino_module import DINO
+    from skipless.ssl.dino.module import DINO
     from tiny_runs import DINO_TINY
 
     cfg = load_config("pretrain", [*DINO_TINY, "dino.use_bn_in_head=true"])

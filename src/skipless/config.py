@@ -5,7 +5,8 @@
 1. ``configs/<entry>.yaml`` is read; its ``defaults:`` mapping names one choice per group
    (``model: skipless``). A CLI item whose key is a group name (``model=skip``) changes that choice.
    A default may instead follow an earlier group's choice, written as a small table:
-   ``recipe: {data=default: demo, otherwise: paper}`` picks ``demo`` when ``data`` is ``default``.
+   ``recipe: {data=default: demo, otherwise: paper}`` picks ``demo`` when ``data`` is ``default``;
+   a row may name several (``"ssl=mae,data=default": mae-demo``), all of which must hold.
 2. Each chosen group file ``configs/<group>/<choice>.yaml`` is merged over the defaults, in the order
    of the ``defaults:`` mapping. Group files hold full paths (``model: {residual: skipless}``); by
    rule a group sets only its own section, except a recipe, which names a run's scale across sections.
@@ -122,19 +123,24 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
 
 
 def _default_choice(group: str, default, chosen: dict[str, str]) -> str:
-    """A group's default: a name, or a table ``{"<earlier group>=<choice>": name, otherwise: name}``
-    whose first matching row wins."""
+    """A group's default: a name, or a table ``{"<earlier group>=<choice>[,<group>=<choice> ...]": name,
+    otherwise: name}`` whose first row whose every term holds wins."""
     if not isinstance(default, DictConfig):
         return str(default)
     for condition, choice in default.items():
         if condition == "otherwise":
             return str(choice)
-        other, _, value = str(condition).partition("=")
-        if other not in chosen:
-            raise ConfigError(f"the default of {group} depends on {other!r}, which must be a group listed before it")
-        if chosen[other] == value:
+        if all(_holds(group, term, chosen) for term in str(condition).split(",")):
             return str(choice)
     raise ConfigError(f"no default {group} for the choices {chosen}; name one with {group}=")
+
+
+def _holds(group: str, term: str, chosen: dict[str, str]) -> bool:
+    """Whether ``<earlier group>=<choice>`` (one term of a default's condition) holds."""
+    other, _, value = term.strip().partition("=")
+    if other not in chosen:
+        raise ConfigError(f"the default of {group} depends on {other!r}, which must be a group listed before it")
+    return chosen[other] == value
 
 
 def load_group(group: str, choice: str, config_dir: Path | str = CONFIG_DIR) -> DictConfig:

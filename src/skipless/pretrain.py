@@ -1,7 +1,12 @@
-"""DINO pretraining: ``python -m skipless.pretrain [model=skipless] [optim=soap] [key=value ...]``.
+"""Self-supervised pretraining: ``python -m skipless.pretrain [ssl=dino|mae] [model=skipless] [optim=soap] [key=value ...]``.
+
+The method (``ssl=``, ``make pretrain SSL=``; DINO by default) comes from ``skipless.ssl.METHODS``: its
+LightningModule, views, config rules, monitors and header lines (``ssl/method.py``). Everything else
+here (config, run folder, data, trainer, callbacks, diagnostics, k-NN monitor, exports) is shared and
+reads none of the method's keys.
 
 Flow: config -> ``runs/<name>/`` (resolved ``config.yaml``, TensorBoard events, checkpoints,
-``backbone.pt`` = the teacher backbone in timm's names) -> evaluators read ``backbone.pt``.
+``backbone.pt`` = the method's exported backbone in timm's names: DINO's teacher, MAE's encoder) -> evaluators read ``backbone.pt``.
 ``make pretrain`` calls this with the MODEL/OPT/DATA/RECIPE/GPUS/NODES/RESUME/ARGS a user set mapped
 onto the config; the rest comes from ``configs/pretrain.yaml`` and its groups. It prints
 ``summary.pretrain_header`` (model, crops, schedule, effective peak lr, exports) before it starts.
@@ -18,50 +23,71 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .analysis.diagnostics import MEASURES, DiagnosticSettings
-from .config import load_config
+from .config import ConfigError, load_config
 from .errors import SkiplessError, user_message
 from .models.from_config import vit_from_config
-from .ssl.dino_module import DINO
+from .ssl import METHODS, Method, method_of
 from .summary import pretrain_header
 from .training.callbacks import KNNMonitor
-from .training.collapse import DINOCollapse
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
 from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
 from .training.interrupt import fit, resume_message
 from .training.precision import describe_precision
 from .training.preflight import check_run_folder
+from .training.rank_monitor import RankMonitor
 from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
-from .training.trainer import build_trainer, refuse_unsynced_batchnorm
+from .training.trainer import build_trainer
 from .world import check_gpus_visible
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
-    name = cfg.run.name or f"{cfg.model.name}-{cfg.optim.name}-{cfg.data.name}"
+    """``<run.root>/<run.name>``; by default the name is ``[<method prefix>]<model>-<optim>-<data>``."""
+    name = cfg.run.name or f"{method_of(cfg).run_prefix}{cfg.model.name}-{cfg.optim.name}-{cfg.data.name}"
     return Path(cfg.run.root) / name
 
 
 def backbone_factory(cfg: DictConfig, drop_path_rate: float) -> nn.Module:
-    """The student/teacher backbone of ``cfg.model`` (the teacher is built with drop-path 0)."""
+    """The backbone of ``cfg.model`` a method trains (DINO: student and teacher, the teacher with drop-path 0)."""
     return vit_from_config(cfg.model, drop_path_rate)
 
 
+def refuse_other_methods_keys(cfg: DictConfig, method: Method) -> None:
+    """A section of another method in the config (a recipe written for DINO, which sets ``dino.*``, under
+    ``ssl=mae``) would be silently ignored: refused in one sentence naming the recipe to use."""
+    others = [name for name in METHODS if name != method.name and name in cfg]
+    if others:
+        recipe = (cfg.get("choices") or {}).get("recipe", "-")
+        raise ConfigError(f"recipe={recipe} sets keys of ssl={others[0]} ({others[0]}.*), which this ssl={method.name} "
+                          f"run would ignore; expected a recipe of {method.name} (leave RECIPE= unset for its "
+                          f"default, or name one of configs/recipe/ written for it)")
+
+
+def check_keys(cfg: DictConfig) -> Method:
+    """Every key of ``cfg`` by its rule, the shared ones (``training/schema.py``) and the method's; returns the method."""
+    method = method_of(cfg)
+    refuse_other_methods_keys(cfg, method)
+    check_pretrain_config(cfg, dict(method.rules), method.relations)
+    return method
+
+
 def check_config(cfg: DictConfig) -> None:
-    """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py),
-    more GPUs than this machine shows (``world.py``), a BatchNorm head that DDP on the CPU cannot
-    synchronise, and a run folder that could not be written."""
-    check_pretrain_config(cfg)
+    """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py and
+    the method's rules), more GPUs than this machine shows (``world.py``), what the method refuses beyond
+    single keys (DINO: a BatchNorm head that DDP on the CPU cannot synchronise), and a run folder that
+    could not be written."""
+    method = check_keys(cfg)
     check_gpus_visible(cfg)
-    if cfg.dino.use_bn_in_head:
-        refuse_unsynced_batchnorm(cfg, "dino.use_bn_in_head")
+    method.check(cfg)
     check_run_folder(run_dir_of(cfg))
 
 
 def diagnostics_callbacks(cfg: DictConfig, run_dir: Path) -> list[pl.Callback]:
-    """The conditioning monitor and the per-block signals of ``cfg.diagnostics`` (0 turns each off)."""
+    """The conditioning monitor and the per-block signals of ``cfg.diagnostics`` (0 turns each off), on
+    fixed centre crops at the method's view size."""
     d = cfg.diagnostics
-    images = partial(diagnostic_images, cfg, int(d.images))
+    images = partial(diagnostic_images, cfg, method_of(cfg).view_size(cfg), int(d.images))
     found: list[pl.Callback] = []
     if d.every_n_epochs:
         layers = d.layers if isinstance(d.layers, str) else list(d.layers)
@@ -77,30 +103,36 @@ def diagnostics_callbacks(cfg: DictConfig, run_dir: Path) -> list[pl.Callback]:
 
 
 def pretrain_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
-    """The shared trainer (``training/trainer.py``) with DINO's monitors: collapse, diagnostics and the k-NN
-    monitor."""
-    callbacks: list[pl.Callback] = [DINOCollapse(cfg.dino.out_dim), *extra_callbacks,
-                                    *diagnostics_callbacks(cfg, run_dir)]
-    loaders = knn_loaders(cfg) if cfg.train.knn_every_n_epochs else None
+    """The shared trainer (``training/trainer.py``) with the method's own monitors (DINO: collapse), the
+    diagnostics and the k-NN monitor."""
+    method = method_of(cfg)
+    callbacks: list[pl.Callback] = [*method.callbacks(cfg), *extra_callbacks, *diagnostics_callbacks(cfg, run_dir)]
+    loaders = knn_loaders(cfg, method.view_size(cfg)) if cfg.train.knn_every_n_epochs else None
     if loaders is not None:
         callbacks.append(KNNMonitor(loaders[0], loaders[1], every=cfg.train.knn_every_n_epochs,
                                     k=cfg.train.knn_k, num_classes=loaders[2],
-                                    random_backbone=partial(backbone_factory, cfg, 0.0)))
+                                    random_backbone=partial(backbone_factory, cfg, 0.0), label=method.exported))
+    if cfg.diagnostics.rank_images:
+        split = "val" if cfg.data.name == "default" else "train"  # an image folder has one split
+        images = partial(diagnostic_images, cfg, method.view_size(cfg), int(cfg.diagnostics.rank_images), split)
+        callbacks.append(RankMonitor(images, run_dir, every=cfg.train.knn_every_n_epochs,
+                                     epochs=cfg.train.export_epochs))
     return build_trainer(cfg, run_dir, callbacks)
 
 
-def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, DINO]:
-    """Run (or resume) the pretraining described by ``cfg``; returns the trainer and the module."""
+def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, pl.LightningModule]:
+    """Run (or resume) the pretraining described by ``cfg``; returns the trainer and the method's module."""
     run_dir = run_dir_of(cfg)
     check_config(cfg)
+    method: Method = method_of(cfg)
     with hold_run_folder(run_dir):
         start = prepare_run(cfg, run_dir)
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
         # First, so that an impossible model key (a ModelArgumentError naming the valid values) fails
         # before any data is generated.
-        module = DINO(cfg, partial(backbone_factory, cfg))
-        dataset = pretrain_dataset(cfg)
-        loader = pretrain_loader(cfg, dataset)
+        module = method.module(cfg, partial(backbone_factory, cfg))
+        dataset = pretrain_dataset(cfg, method.transform(cfg))
+        loader = pretrain_loader(cfg, dataset, method.collate)
         trainer = pretrain_trainer(cfg, run_dir, extra_callbacks)
         if trainer.is_global_zero:
             record_start(cfg, run_dir, start)
@@ -115,7 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = load_config("pretrain", argv)
         check_config(cfg)
         run_dir = run_dir_of(cfg)
-        print(pretrain_header(cfg, run_dir, precision=describe_precision(cfg)), flush=True)
+        print(pretrain_header(cfg, run_dir, precision=describe_precision(cfg),
+                              method_lines=method_of(cfg).header(cfg)), flush=True)
         trainer, _ = pretrain(cfg)
     except SkiplessError as err:
         print(f"error: {user_message(err)}", file=sys.stderr)
@@ -125,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     if not trainer.is_global_zero:
         return 0
-    print(f"done: teacher backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
+    print(f"done: {method_of(cfg).exported} backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard",
+          flush=True)
     return 0
 
 

@@ -7,7 +7,7 @@ place that scaling rule is written (DINO's linear rule: lr x lr_scale x global b
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .models.block import DEFAULT_ALPHA_MIN
@@ -35,7 +35,7 @@ def lr_key(cfg: Mapping) -> str:
         else "optim.lr"
 
 
-def _number(x: Any) -> str:
+def number_text(x: Any) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x).lower() if isinstance(x, bool) else str(x)
 
 
@@ -48,38 +48,36 @@ def describe_model(m: Mapping) -> str:
     given = {k: v for k, v in (m.get("init_args") or {}).items() if v is not None}
     if init == "cutskip":  # null entries are create_vit's defaults, printed as the values they take
         args = {**CUTSKIP_DEFAULTS, **given}
-        init += " (" + ", ".join(f"{k} {_number(args[k])}" for k in CUTSKIP_DEFAULTS) + ")"
+        init += " (" + ", ".join(f"{k} {number_text(args[k])}" for k in CUTSKIP_DEFAULTS) + ")"
     parts.append(f"init {init}")
     if m["residual"] == "decayed":
         alpha_min = m.get("alpha_min")
-        parts.append(f"alpha_min {_number(DEFAULT_ALPHA_MIN if alpha_min is None else alpha_min)}")
+        parts.append(f"alpha_min {number_text(DEFAULT_ALPHA_MIN if alpha_min is None else alpha_min)}")
     parts.append(f"pooling {m.get('global_pool', 'token')}")
-    parts.append(f"drop-path {_number(m.get('drop_path_rate', 0.0))}")
+    parts.append(f"drop-path {number_text(m.get('drop_path_rate', 0.0))}")
     return ", ".join(parts)
 
 
-def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = None) -> str:
+def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = None,
+                    method_lines: Sequence[str] = ()) -> str:
     """The lines ``make pretrain`` prints before it starts (``cfg`` is a resolved pretraining config;
-    ``precision``: what ran and why, ``training.precision.describe_precision``)."""
-    m, d, o, t = cfg["model"], cfg["dino"], cfg["optim"], cfg["train"]
+    ``precision``: what ran and why, ``training.precision.describe_precision``; ``method_lines``: the
+    method's own lines, ``skipless.ssl.Method.header``, e.g. DINO's crops, head and teacher)."""
+    m, o, t = cfg["model"], cfg["optim"], cfg["train"]
     choices = cfg.get("choices") or {}
     world = world_size(cfg)
     per_device = int(t["batch_size_per_device"])
     batch = f"{per_device * world} ({per_device}/device x {world})"
     key = lr_key(cfg)
-    lr = (f"peak lr {peak_lr(cfg, world):.3g} = {key} {_number(float(o['lr']))} x optim.lr_scale "
-          f"{_number(float(o['lr_scale']))} x {per_device * world}/256")
-    temp = f"teacher temp {_number(d['warmup_teacher_temp'])}"
-    if d["warmup_teacher_temp_epochs"]:
-        temp += f" -> {_number(d['teacher_temp'])} over {d['warmup_teacher_temp_epochs']} epochs"
+    lr = (f"peak lr {peak_lr(cfg, world):.3g} = {key} {number_text(float(o['lr']))} x optim.lr_scale "
+          f"{number_text(float(o['lr_scale']))} x {per_device * world}/256")
     exports = ", ".join(str(e) for e in t.get("export_epochs") or []) or "none"
     where = f" -> {run_dir}" if run_dir is not None else ""
     return "\n".join([
-        f"skipless pretrain: model={m['name']} optim={o['name']} data={cfg['data']['name']} "
-        f"recipe={choices.get('recipe', '-')}{where}",
+        f"skipless pretrain: ssl={cfg.get('ssl', 'dino')} model={m['name']} optim={o['name']} "
+        f"data={cfg['data']['name']} recipe={choices.get('recipe', '-')}{where}",
         f"  model    {describe_model(m)}",
-        f"  crops    2 x {d['global_crop_size']} px + {d['local_crops_number']} x {d['local_crop_size']} px; "
-        f"head {d['out_dim']} prototypes, norm_last_layer {_number(d['norm_last_layer'])}; {temp}",
+        *(f"  {line}" for line in method_lines),
         f"  train    {t['epochs']} epochs, global batch {batch}, {o['name']}, {lr}",
         f"  exports  backbone.pt (latest); backbone-epoch<N>.pt at epochs: {exports}",
         *([f"  precision {precision}"] if precision else []),

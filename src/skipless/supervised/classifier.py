@@ -2,7 +2,7 @@
 
 backbone (``vit_args`` of ``cfg.model``, timm's init plus the residual mode's) -> CLS token after the
 final norm -> a linear head. Optimisation is manual so that the recipe reads in order in
-``training_step``, as in ``ssl/dino_module.py``: per-step lr and weight decay from the schedules,
+``training_step``, as in ``ssl/dino/module.py``: per-step lr and weight decay from the schedules,
 batch mixing (mixup/cutmix), loss, divergence check, backward, optional global-norm clipping, step.
 Validation: top-1 / top-5 accuracy (torchmetrics, reduced across ranks), the plain cross-entropy and
 how often each class is predicted and labelled (``val_class_counts``, for the collapse monitor).

@@ -177,7 +177,8 @@ class EpochCheckpoint(pl.Callback):
 
 
 class KNNMonitor(pl.Callback):
-    """k-NN top-1 accuracy of the teacher's CLS features (``watch/knn/teacher``), every ``every`` epochs
+    """k-NN top-1 accuracy of the exported backbone's CLS features (``watch/knn/<label>``: DINO's teacher,
+    MAE's encoder), every ``every`` epochs
     and at the last one; a freshly initialised backbone of the same architecture is scored once
     at the start (``watch/knn/random``) so the curve has its floor beside it. ``random_backbone`` builds
     that backbone (the pretraining's own factory, so the floor has the init training starts from);
@@ -185,8 +186,9 @@ class KNNMonitor(pl.Callback):
 
     def __init__(self, train_batches: Callable[[], Iterable], val_batches: Callable[[], Iterable],
                  every: int = 1, k: int = 20, num_classes: int | None = None,
-                 random_backbone: Callable[[], torch.nn.Module] | None = None) -> None:
+                 random_backbone: Callable[[], torch.nn.Module] | None = None, label: str = "teacher") -> None:
         self.train_batches, self.val_batches = train_batches, val_batches
+        self.label = label  # what exported_backbone() is, in the tag and the line (DINO: teacher; MAE: encoder)
         self.random_backbone = random_backbone
         self.every, self.k, self.num_classes = every, k, num_classes
         self.history: list[tuple[int, float]] = []
@@ -217,9 +219,9 @@ class KNNMonitor(pl.Callback):
             return
         acc = self._score(pl_module.exported_backbone(), pl_module.device)
         self.history.append((epoch, acc))
-        _log_scalar(trainer, "watch/knn/teacher", acc)
+        _log_scalar(trainer, f"watch/knn/{self.label}", acc)
         rnd = f" (random init: {self.random_accuracy:.3f})" if self.random_accuracy is not None else ""
-        print(f"epoch {epoch}: k-NN top-1 of the teacher {acc:.3f}{rnd}", flush=True)
+        print(f"epoch {epoch}: k-NN top-1 of the {self.label} {acc:.3f}{rnd}", flush=True)
 
 
 def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:

@@ -8,21 +8,7 @@ collapses, and again if it recovers), in TensorBoard (``watch/health/collapsed``
 beside the rule's quantities under ``watch/health/``) and in ``summary.json`` (``collapsed``: the reason at
 the last check, or null), which ``make paper`` marks beside the run's numbers.
 
-DINO (Caron et al. 2021, Section 5.3 and Figure 7): the cross-entropy splits into the teacher's
-entropy and the divergence, ``H(P_t, P_s) = h(P_t) + KL(P_t || P_s)``. "A KL equal to zero indicates a
-constant output, and hence a collapse"; without sharpening the entropy goes to ``log K`` (the teacher
-is uniform), without centering to 0 (one prototype wins); both forms end with KL 0. ``DINO`` logs both
-per step (``train/teacher_entropy``, ``train/kl_teacher_student``); the rule reads their mean over a
-window of steps (``DINO_WINDOW``, and the end of each epoch), so one noisy batch decides nothing:
-
-- *uniform teacher*: entropy at least ``UNIFORM_FRACTION`` of ``log K``. Uniform targets carry no
-  information about the image, whatever the student does.
-- *constant output*: KL at most ``KL_FLOOR`` nats, named by the entropy as going uniform (above
-  ``log K / 2``) or to one prototype (below).
-
-A low entropy alone is not a rule: a sharp teacher that picks a different prototype for each image
-is what DINO wants (the tests' 1-block model starts at 2-16% of log K with KL 2.6-5.3 nats); it is a
-collapse when the student matches it on every crop, and then KL is 0.
+DINO's rule is DINO's (``ssl/dino/collapse.py``), on the ``CollapseMonitor`` of this module.
 
 Supervised: at each validation once the warm-up is over (before the lr reaches its peak a classifier
 near chance is starting, not collapsed: the paper's recipe warms up for 50 epochs),
@@ -44,18 +30,6 @@ import lightning.pytorch as pl
 import torch
 from torchmetrics import Metric
 
-# DINO: training steps averaged before the rule is read (and the last steps of each epoch, read at its
-# end). 50: most of a CPU demo epoch (62 steps), 4% of an ImageNet epoch at batch 1024, and one host
-# read of two numbers per 50 steps.
-DINO_WINDOW = 50
-# Uniform teacher: entropy >= 99% of log K, the floor without sharpening (Figure 7). Measured on the CPU
-# demo (K 1024, docs/results.md "Collapse"): its recipe's teacher stays at 36-63% of log K; with DINO's
-# T_t 0.04 instead of the demo's 0.02 it sits at 90-94% (KL 0.34 at the end of 2 epochs) and its
-# teacher's k-NN still beats its random init (34.3 against 29.0): a soft teacher, not a collapsed one.
-UNIFORM_FRACTION = 0.99
-# Constant output: KL(teacher || student) <= 0.05 nats, the floor of both forms (Figure 7). The demo
-# recipe's KL falls from 2.9 to 0.66-0.92 (docs/results.md); the soft T_t 0.04 run above, 0.9 -> 0.34.
-KL_FLOOR = 0.05
 # Supervised, at chance: validation loss >= chance - 5% of ln C (0.115 nats for 10 classes, 0.35 for
 # 1000). Measured on the supervised CPU demo at peak lr 1e-3 (docs/results.md "Collapse"), skipless with
 # the paper's init: from epoch 2 on 0.00-0.01 below chance in bf16-mixed (top-1 12.2, the largest
@@ -66,23 +40,6 @@ CHANCE_TOLERANCE = 0.05
 # Supervised, one class: >= 90% of the predictions in one class, whatever the loss (a classifier that
 # tells classes apart spreads its answers over them: 1/C each on balanced data).
 ONE_CLASS_SHARE = 0.9
-
-ENTROPY_KEY, KL_KEY = "train/teacher_entropy", "train/kl_teacher_student"
-
-
-def dino_collapse(entropy: float, kl: float, out_dim: int) -> str | None:
-    """The reason a DINO run with this mean teacher entropy and KL (nats) over ``out_dim`` prototypes
-    has collapsed, or None."""
-    top = math.log(out_dim)
-    share = f"teacher entropy {entropy:.3f} of log K = {top:.3f} ({entropy / top:.0%})"
-    if entropy >= UNIFORM_FRACTION * top:
-        return f"the teacher's output is uniform: {share}"
-    if kl <= KL_FLOOR:
-        form = "uniform" if entropy > top / 2 else "one prototype"
-        return (f"student and teacher agree on every crop, a constant output going to {form}: "
-                f"KL(teacher||student) {kl:.4f} nats, {share}")
-    return None
-
 
 def label_entropy(counts: Sequence[int]) -> float:
     """Entropy (nats) of the class frequencies ``counts``: the cross-entropy of predicting them for
@@ -156,39 +113,6 @@ class CollapseMonitor(pl.Callback):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reason = state["reason"]
-
-
-class DINOCollapse(CollapseMonitor):
-    """``dino_collapse`` on the mean of the logged teacher entropy and KL over each ``window`` steps
-    and over the last steps of each epoch (read before the epoch-end checkpoint and summary). The sums
-    stay on the device: one host read per window."""
-
-    def __init__(self, out_dim: int, window: int = DINO_WINDOW) -> None:
-        super().__init__()
-        self.out_dim, self.window = int(out_dim), int(window)
-        self._sum: torch.Tensor | None = None
-        self._count = 0
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._sum, self._count = None, 0
-
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
-        metrics = trainer.callback_metrics
-        missing = [k for k in (ENTROPY_KEY, KL_KEY) if k not in metrics]
-        if missing:
-            raise KeyError(f"the collapse monitor reads {missing} from the DINO module's logs; "
-                           "the training step no longer logs them")
-        values = torch.stack([metrics[ENTROPY_KEY].detach().float(), metrics[KL_KEY].detach().float()])
-        self._sum = values if self._sum is None else self._sum + values
-        self._count += 1
-        last_of_epoch = batch_idx + 1 >= trainer.num_training_batches
-        last_step = 0 < trainer.max_steps <= trainer.global_step
-        if self._count >= self.window or last_of_epoch or last_step:
-            entropy, kl = (self._sum / self._count).tolist()
-            self._sum, self._count = None, 0
-            self.report(trainer, dino_collapse(entropy, kl, self.out_dim),
-                        {"watch/health/teacher_entropy_share": entropy / math.log(self.out_dim)})
 
 
 class SupervisedCollapse(CollapseMonitor):

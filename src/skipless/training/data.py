@@ -1,4 +1,7 @@
-"""Datasets and loaders of a pretraining run, chosen by ``cfg.data.name``.
+"""Datasets and loaders of a pretraining run, chosen by ``cfg.data.name``, for any method.
+
+The method brings the views (``skipless.ssl.Method``: its ``transform``, ``collate`` and ``view_size``);
+this module knows none of its keys.
 
 ``default``: the embedded generated scenes (VOC layout, generated on first use); pretraining reads
 the train split's images, and the k-NN monitor labels train and val images with their dominant
@@ -23,30 +26,23 @@ from ..data.image_folder import ImageFolderDataset, VOCImages
 from ..data.generator.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from ..ssl.multicrop import MultiCropAugmentation, collate_multicrop
 from ..world import world_size
 
 DATASETS = ("default", "imagenet")
 
 
-def multicrop_from_config(cfg: DictConfig) -> MultiCropAugmentation:
-    d = cfg.dino
-    return MultiCropAugmentation(
-        global_crops_scale=tuple(d.global_crops_scale), local_crops_scale=tuple(d.local_crops_scale),
-        local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size)
-
-
-def pretrain_dataset(cfg: DictConfig, transform: Callable | None = None) -> Dataset:
-    """Multi-crop views of the pretraining images (or ``transform`` of them); generates the default
-    dataset if missing."""
+def pretrain_dataset(cfg: DictConfig, transform: Callable, split: str = "train") -> Dataset:
+    """``transform`` of each pretraining image (a method's views, or a fixed crop); generates the
+    default dataset if missing. ``split``: the default data's ``train`` or ``val`` images; an ImageNet-style
+    folder has one split, the folder."""
     name = cfg.data.name
     if name not in DATASETS:
         raise ConfigError(f"unknown pretraining data {name!r}; expected one of: {', '.join(DATASETS)}")
-    aug = multicrop_from_config(cfg) if transform is None else transform
+    aug = transform
     if name == "default":
         root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,
                               seed=cfg.data.seed)
-        return VOCImages(root, "train", transform=aug)
+        return VOCImages(root, split, transform=aug)
     images = ImageFolderDataset(cfg.data.root, transform=aug)
     images.check_readable()  # a folder of only unreadable files: one sentence now, not a worker traceback
     return images
@@ -106,12 +102,13 @@ def check_one_batch(cfg: DictConfig, n_images: int) -> None:
                           f"expected at least {1 / steps:.3g} (or 1.0)")
 
 
-def pretrain_loader(cfg: DictConfig, dataset: Dataset) -> DataLoader:
-    """The shuffled loader of ``dataset`` (wrapped in a ``SkipTally``); refuses one with no full batch."""
+def pretrain_loader(cfg: DictConfig, dataset: Dataset, collate: Callable) -> DataLoader:
+    """The shuffled loader of ``dataset`` (wrapped in a ``SkipTally``), batched by the method's ``collate``;
+    refuses one with no full batch."""
     check_one_batch(cfg, len(dataset))
     dataset = SkipTally(dataset, cfg.train.num_workers)
     return DataLoader(dataset, batch_size=cfg.train.batch_size_per_device, shuffle=True, drop_last=True,
-                      num_workers=cfg.train.num_workers, collate_fn=collate_multicrop,
+                      num_workers=cfg.train.num_workers, collate_fn=collate,
                       pin_memory=torch.cuda.is_available(),
                       # fresh workers each epoch, seeded from the (checkpointed) RNG: exact resume
                       persistent_workers=False)
@@ -124,22 +121,24 @@ def centre_crop(size: int) -> Callable:
         transforms.CenterCrop(size), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
-def diagnostic_images(cfg: DictConfig, count: int) -> torch.Tensor:
-    """(count, 3, S, S): fixed centre crops at the global crop size of the first pretraining images,
+def diagnostic_images(cfg: DictConfig, size: int, count: int, split: str = "train") -> torch.Tensor:
+    """(count, 3, S, S): fixed centre crops of ``size`` px (the method's view size) of the first pretraining images
+    (of ``split``: MAE's reconstructions show validation images),
     the batch the diagnostics callbacks measure the student on at every call. An unreadable one is
     passed over quietly: the training loader meets it too, and names and counts it once."""
-    dataset = pretrain_dataset(cfg, transform=centre_crop(int(cfg.dino.global_crop_size)))
+    dataset = pretrain_dataset(cfg, transform=centre_crop(int(size)), split=split)
     if hasattr(dataset, "on_unreadable"):
         dataset.on_unreadable = lambda index, path, error: None
     return torch.stack([dataset[i] for i in range(min(count, len(dataset)))])
 
 
-def knn_loaders(cfg: DictConfig) -> tuple[Callable, Callable, int] | None:
-    """(train batches, val batches, number of classes) for the k-NN monitor; None without labels."""
+def knn_loaders(cfg: DictConfig, size: int) -> tuple[Callable, Callable, int] | None:
+    """(train batches, val batches, number of classes) of centre crops of ``size`` px (the method's view
+    size) for the k-NN monitor; None without labels."""
     if cfg.data.name != "default":
         return None
     root = Path(cfg.data.root)
-    tf = centre_crop(int(cfg.dino.global_crop_size))
+    tf = centre_crop(int(size))
     splits = {s: VOCClassification(root, s, transform=tf) for s in ("train", "val")}
     num_classes = splits["train"].num_classes
 

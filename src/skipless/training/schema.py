@@ -3,13 +3,15 @@
 ``RULES`` maps every key of ``configs/pretrain.yaml`` and its groups to a ``Rule``: the values it
 accepts and the words that say so. It states types and ranges only; the defaults stay in the YAML
 files (one place each). ``RELATIONS`` are the checks between keys (a warm-up within the training,
-crop sizes that tile into patches). ``check_pretrain_config`` refuses the first bad value in one
+exports the run reaches). A method's own section (``dino:``, ``mae:``) is checked by the rules and
+relations of its ``skipless.ssl.Method``, built from the same pieces (``warmup_of``, ``tiles_patches``). ``check_pretrain_config`` refuses the first bad value in one
 sentence that names the key, its value and what was expected (``skipless.config_rules``, the
 building blocks the evaluators' rules use too):
 
     train.epochs must be an integer >= 1, got 0
 
-A key of the config without a rule is a bug of this file (a test walks every group choice).
+A key of the config without a rule is a bug of this file, or of the method's schema (a test walks
+every group choice).
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ RULES: dict[str, Rule] = {
                               and v.isprintable(), "a folder name without '/' or control characters")),
     "run.root": NAME,
     "run.seed": INT,
+    "ssl": NAME,  # the method (configs/ssl/<name>.yaml); its section is checked by its Method's rules
     "run.resume": BOOL,
     "model.name": NAME,
     "model.arch": NAME,  # create_vit refuses unknown names, listing the known ones
@@ -82,23 +85,6 @@ RULES: dict[str, Rule] = {
     "model.global_pool": NAME,
     "model.drop_path_rate": UNIT_OPEN,
     "model.lr.*": POSITIVE,
-    "dino.out_dim": POSITIVE_INT,
-    "dino.hidden_dim": POSITIVE_INT,
-    "dino.bottleneck_dim": POSITIVE_INT,
-    "dino.norm_last_layer": BOOL,
-    "dino.use_bn_in_head": BOOL,
-    "dino.student_temp": POSITIVE,
-    "dino.warmup_teacher_temp": POSITIVE,
-    "dino.teacher_temp": POSITIVE,
-    "dino.warmup_teacher_temp_epochs": COUNT,
-    "dino.center_momentum": UNIT,
-    "dino.momentum_teacher": UNIT,
-    "dino.freeze_last_layer_epochs": COUNT,
-    "dino.global_crops_scale": CROP_SCALE,
-    "dino.local_crops_scale": CROP_SCALE,
-    "dino.local_crops_number": COUNT,
-    "dino.global_crop_size": POSITIVE_INT,
-    "dino.local_crop_size": POSITIVE_INT,
     "optim.name": one_of(*OPTIMIZERS),
     "optim.lr": POSITIVE,
     "optim.lr_scale": POSITIVE,
@@ -144,6 +130,7 @@ RULES: dict[str, Rule] = {
     "diagnostics.max_iter": integer(2),
     "diagnostics.dtype": one_of("float64", "float32"),
     "diagnostics.budget_s": optional(number(0, low_open=True)),
+    "diagnostics.rank_images": Rule(lambda v: is_int(v) and (v == 0 or v >= 2), "0 (off) or a number of images >= 2"),
     "data.name": one_of(*DATASETS),
     "data.root": NAME,
     "data.n_train": POSITIVE_INT,
@@ -158,21 +145,36 @@ def rule_of(key: str, rules: dict[str, Rule] = RULES) -> Rule | None:
     return rules.get(key) or next((r for k, r in rules.items() if "*" in k and fnmatchcase(key, k)), None)
 
 
-def warmup_within(v: dict[str, Any]) -> str | None:
-    for key in ("optim.warmup_epochs", "dino.warmup_teacher_temp_epochs"):
+def warmup_of(key: str) -> Callable[[dict[str, Any]], str | None]:
+    """The relation "the warm-up ``key`` (in epochs) fits in ``train.epochs``"; a method adds its own
+    (DINO: the teacher temperature's)."""
+
+    def within(v: dict[str, Any]) -> str | None:
         if key in v and v[key] > v["train.epochs"]:
             return (f"{key}={v[key]} is longer than train.epochs={v['train.epochs']}; expected at most "
                     f"train.epochs (set {key}={v['train.epochs']} or fewer, or train more epochs)")
-    return None
+        return None
+
+    within.__name__ = f"warmup_within[{key}]"
+    return within
 
 
-def _crops_tile(v: dict[str, Any]) -> str | None:
-    patch = v["model.patch_size"]
-    for key in ("dino.global_crop_size", "dino.local_crop_size"):
-        if v[key] % patch:
-            return (f"{key}={v[key]} is not a multiple of model.patch_size={patch}; expected a size the "
-                    f"patches tile, e.g. {key}={max(patch, v[key] // patch * patch)}")
-    return None
+warmup_within = warmup_of("optim.warmup_epochs")
+
+
+def tiles_patches(*keys: str) -> Callable[[dict[str, Any]], str | None]:
+    """The relation "each image size of ``keys`` (pixels) is a multiple of ``model.patch_size``"."""
+
+    def tiles(v: dict[str, Any]) -> str | None:
+        patch = v["model.patch_size"]
+        for key in keys:
+            if v[key] % patch:
+                return (f"{key}={v[key]} is not a multiple of model.patch_size={patch}; expected a size the "
+                        f"patches tile, e.g. {key}={max(patch, v[key] // patch * patch)}")
+        return None
+
+    tiles.__name__ = f"tiles_patches[{', '.join(keys)}]"
+    return tiles
 
 
 def exports_reached(v: dict[str, Any]) -> str | None:
@@ -203,7 +205,7 @@ def implementation_exists(v: dict[str, Any]) -> str | None:
 
 
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    warmup_within, _crops_tile, exports_reached, _diagnosed_blocks_exist, implementation_exists)
+    warmup_within, exports_reached, _diagnosed_blocks_exist, implementation_exists)
 
 
 def check_against(cfg: DictConfig, rules: dict[str, Rule],
@@ -224,6 +226,10 @@ def check_against(cfg: DictConfig, rules: dict[str, Rule],
             raise ConfigError(message)
 
 
-def check_pretrain_config(cfg: DictConfig) -> None:
-    """Refuse the first value that a pretraining cannot run with (``ConfigError``, one sentence)."""
-    check_against(cfg, RULES, RELATIONS, "skipless/training/schema.py")
+def check_pretrain_config(cfg: DictConfig, method_rules: dict[str, Rule] | None = None,
+                          method_relations: tuple[Callable[[dict[str, Any]], str | None], ...] = ()) -> None:
+    """Refuse the first value that a pretraining cannot run with (``ConfigError``, one sentence): the
+    shared keys by ``RULES`` and ``RELATIONS``, the method's section by the rules and relations its
+    ``skipless.ssl.Method`` brings (this module knows no method's keys)."""
+    check_against(cfg, {**RULES, **(method_rules or {})}, RELATIONS + tuple(method_relations),
+                  "skipless/training/schema.py or the method's schema")

@@ -27,14 +27,14 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.profiler import record_function
 
-from ..divergence import stop_if_diverged
-from ..full_precision import full_precision
-from ..models.compile import compile_in_place
-from ..optim import optimizer_from_config
-from ..optim.param_groups import clip_gradients_per_parameter, param_groups
-from ..optim.schedules import cosine_schedule, linear_then_constant
-from ..step_scalars import device_scalars
-from ..summary import peak_lr
+from ...divergence import stop_if_diverged
+from ...full_precision import full_precision
+from ...models.compile import compile_in_place
+from ...optim import optimizer_from_config
+from ...optim.param_groups import clip_gradients_per_parameter, param_groups
+from ...optim.schedules import cosine_schedule, linear_then_constant
+from ...step_scalars import device_scalars
+from ...summary import peak_lr
 from .head import DINOHead
 from .loss import DINOLoss
 from .multicrop import denormalize

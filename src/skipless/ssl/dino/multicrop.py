@@ -17,7 +17,7 @@ import torch
 from PIL import Image, ImageFilter
 from torchvision import transforms
 
-from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
+from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
 
 
 
@@ -78,3 +78,11 @@ def denormalize(x: torch.Tensor) -> torch.Tensor:
     mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(-1, 1, 1)
     std = torch.tensor(IMAGENET_STD, device=x.device).view(-1, 1, 1)
     return (x * std + mean).clamp(0, 1)
+
+
+def multicrop_from_config(cfg) -> MultiCropAugmentation:
+    """The multi-crop augmentation of a pretraining config's ``dino:`` section."""
+    d = cfg.dino
+    return MultiCropAugmentation(
+        global_crops_scale=tuple(d.global_crops_scale), local_crops_scale=tuple(d.local_crops_scale),
+        local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size)

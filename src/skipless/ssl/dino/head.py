@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..full_precision import full_precision
+from ...full_precision import full_precision
 
 
 class WeightNormLinear(nn.Module):
