@@ -65,6 +65,7 @@ class MAEDecoder(nn.Module):
         self.decoder_norm = LayerNorm(dec_dim)
         self.decoder_pred = nn.Linear(dec_dim, patch_size * patch_size * in_chans)
         self.skip_pairs = pairs
+        self._skip_source = {dec: enc for enc, dec in pairs}  # decoder block -> the encoder block it receives
         # Keyed by the decoder block a skip feeds (a str: ModuleDict keys), so the state dict says where it goes.
         self.skips = nn.ModuleDict({str(dec): EncoderSkip(enc_dim, dec_dim) for _, dec in pairs})
         self._init_weights()
@@ -119,9 +120,8 @@ class MAEDecoder(nn.Module):
         x = unshuffle(self.decoder_embed(latent), self.mask_token, ids_restore)
         x = x + self.pos_embed(grid).to(x.dtype)
         for d, block in enumerate(self.decoder_blocks):
-            if str(d) in self.skips:
-                enc = next(e for e, dd in self.skip_pairs if dd == d)
-                x = self.skips[str(d)](x, taps[enc], ids_restore)
+            if d in self._skip_source:
+                x = self.skips[str(d)](x, taps[self._skip_source[d]], ids_restore)
             x = block(x)
         x = self.decoder_pred(self.decoder_norm(x))
         return x[:, 1:]
