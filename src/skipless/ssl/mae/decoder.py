@@ -1,0 +1,127 @@
+"""MAE's lightweight decoder (He et al. 2022, Section 3, "MAE decoder"), with the seed's optional
+encoder-to-decoder skips (Zhang et al., seed 002, Sec. 4 and Fig. 6; wiring in ``skips.py``).
+
+The decoder takes the encoder's output for CLS and the visible patches, maps it to its own width
+(``decoder_embed``), puts a shared learnable ``mask_token`` at every masked position (unshuffled
+with ``ids_restore``), adds a fixed 2-D sin-cos position embedding (``decoder_pos_embed``, frozen,
+a zero row for CLS as in MAE), runs ``dec_depth`` standard pre-norm transformer blocks (timm
+``Block``: MLP ratio 4, qkv bias, LayerNorm eps 1e-6, as MAE), a final LayerNorm and a linear head
+to the ``p * p * 3`` pixel values of each patch. CLS is carried through the blocks and dropped after
+the head. MAE's defaults, which the seed keeps: 8 blocks of width 512 with 16 heads.
+
+The names (``decoder_embed``, ``mask_token``, ``decoder_pos_embed``, ``decoder_blocks``,
+``decoder_norm``, ``decoder_pred``) are MAE's, so its released decoder weights map by name.
+
+Initialisation is MAE's ``initialize_weights`` for the decoder: mask tokens normal std .02, every
+Linear xavier-uniform with zero bias, every LayerNorm weight 1 and bias 0; the seed's skips take the
+same rules (it states none of its own).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import torch
+from timm.models.vision_transformer import Block
+from torch import nn
+
+from ...errors import ModelArgumentError
+from ...models.sincos import sincos_2d
+from .skips import EncoderSkip, LayerNorm, check_skip_pairs, unshuffle
+
+
+class MAEDecoder(nn.Module):
+    """MAE's decoder over a ``grid`` of ``patch_size`` patches, optionally with encoder skips.
+
+    Args:
+        enc_dim: the encoder's width.
+        grid: (rows, cols) of the patch grid the position table is built for (another grid gets
+            its own sin-cos table at call time: the table is a formula, not a learnt thing).
+        patch_size: the patch side ``p``; the head predicts ``p * p * in_chans`` values per patch.
+        dec_dim, dec_depth, dec_heads: width, number of blocks and heads (MAE: 512, 8, 16).
+        in_chans: image channels (3).
+        skip_pairs: ``(encoder block, decoder block)`` pairs (``skips.check_skip_pairs``); None or
+            empty is the plain MAE decoder.
+        enc_depth: the encoder's number of blocks, to check ``skip_pairs`` against.
+    """
+
+    def __init__(self, enc_dim: int, grid: tuple[int, int], patch_size: int, dec_dim: int = 512,
+                 dec_depth: int = 8, dec_heads: int = 16, in_chans: int = 3,
+                 skip_pairs: Iterable[Sequence[int]] | None = None, enc_depth: int | None = None) -> None:
+        super().__init__()
+        if dec_dim % 4 or dec_dim % dec_heads:
+            raise ModelArgumentError(
+                f"decoder width {dec_dim} must be a multiple of 4 (the 2-D sin-cos table) and of the "
+                f"{dec_heads} heads")
+        if skip_pairs and enc_depth is None:
+            raise ModelArgumentError("skip_pairs need the encoder's depth (enc_depth) to be checked")
+        pairs = check_skip_pairs(skip_pairs, enc_depth or 0, dec_depth)
+        self.grid = (int(grid[0]), int(grid[1]))
+        self.patch_size = patch_size
+        self.decoder_embed = nn.Linear(enc_dim, dec_dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, dec_dim))
+        self.decoder_pos_embed = nn.Parameter(sincos_2d(dec_dim, *self.grid, cls_token=True), requires_grad=False)
+        self.decoder_blocks = nn.ModuleList(
+            Block(dec_dim, dec_heads, mlp_ratio=4.0, qkv_bias=True, norm_layer=LayerNorm) for _ in range(dec_depth))
+        self.decoder_norm = LayerNorm(dec_dim)
+        self.decoder_pred = nn.Linear(dec_dim, patch_size * patch_size * in_chans)
+        self.skip_pairs = pairs
+        self._skip_source = {dec: enc for enc, dec in pairs}  # decoder block -> the encoder block it receives
+        # Keyed by the decoder block a skip feeds (a str: ModuleDict keys), so the state dict says where it goes.
+        self.skips = nn.ModuleDict({str(dec): EncoderSkip(enc_dim, dec_dim) for _, dec in pairs})
+        self._init_weights()
+
+    @property
+    def tapped_blocks(self) -> list[int]:
+        """The encoder blocks whose outputs the skips need, sorted."""
+        return sorted({enc for enc, _ in self.skip_pairs})
+
+    def _init_weights(self) -> None:
+        """MAE's decoder initialisation (``models_mae.py``: ``initialize_weights`` / ``_init_weights``)."""
+        nn.init.normal_(self.mask_token, std=0.02)
+        for skip in self.skips.values():
+            nn.init.normal_(skip.mask_token, std=0.02)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def pos_embed(self, grid: tuple[int, int]) -> torch.Tensor:
+        """(1, 1 + rows * cols, dec_dim): the stored table for the built grid, else a fresh one."""
+        if tuple(grid) == self.grid:
+            return self.decoder_pos_embed
+        table = sincos_2d(self.decoder_pos_embed.shape[-1], *grid, cls_token=True)
+        return table.to(self.decoder_pos_embed.device)
+
+    def forward(self, latent: torch.Tensor, ids_restore: torch.Tensor,
+                taps: Mapping[int, torch.Tensor] | None = None, grid: tuple[int, int] | None = None) -> torch.Tensor:
+        """Predict every patch's pixels.
+
+        Args:
+            latent: (B, 1 + K, enc_dim) the encoder's output, CLS first, visible tokens shuffled.
+            ids_restore: (B, N) from ``masking.random_masking``.
+            taps: encoder block index -> that block's output (B, 1 + K, enc_dim), for each tapped block.
+            grid: (rows, cols) of the images' patch grid; None is the built grid.
+
+        Returns:
+            (B, N, p * p * in_chans), patches in grid order (CLS dropped).
+        """
+        taps = taps or {}
+        missing = [enc for enc in self.tapped_blocks if enc not in taps]
+        if missing:
+            raise ModelArgumentError(f"the decoder's skips need the outputs of encoder blocks {missing}")
+        grid = self.grid if grid is None else (int(grid[0]), int(grid[1]))
+        if grid[0] * grid[1] != ids_restore.shape[1]:
+            raise ModelArgumentError(
+                f"{ids_restore.shape[1]} patches do not fill a {grid[0]}x{grid[1]} grid; pass the images' grid")
+        x = unshuffle(self.decoder_embed(latent), self.mask_token, ids_restore)
+        x = x + self.pos_embed(grid).to(x.dtype)
+        for d, block in enumerate(self.decoder_blocks):
+            if d in self._skip_source:
+                x = self.skips[str(d)](x, taps[self._skip_source[d]], ids_restore)
+            x = block(x)
+        x = self.decoder_pred(self.decoder_norm(x))
+        return x[:, 1:]
