@@ -14,7 +14,9 @@ def test_trace_reproduces_the_block_forward(residual):
     for block in model.blocks:
         t = trace_block(block, x)
         y = block(x)
-        torch.testing.assert_close(t.out, y, rtol=0, atol=0)
+        # bit for bit, except Table 3b's scaled-sum: s (x + f) and s x + s f round differently
+        exact = {} if residual == "scaled-sum" else {"rtol": 0, "atol": 0}
+        torch.testing.assert_close(t.out, y, **exact)
         torch.testing.assert_close(t.u_attn, block.norm1(x))
         g_a, _ = shortcut_gains(block)
         torch.testing.assert_close(t.mid, g_a * x + t.attn)
@@ -27,6 +29,7 @@ def test_shortcut_gains_per_mode():
     assert gains["skipless"] == [(0.0, 0.0)] * 2
     assert gains["attn-skip"] == [(1.0, 0.0)] * 2
     assert gains["mlp-skip"] == [(0.0, 1.0)] * 2
+    assert gains["scaled-branch"] == [(1.0, 1.0)] * 2 and gains["scaled-sum"] == [(0.5 ** 0.5, 0.5 ** 0.5)] * 2
     decayed = [g for pair in gains["decayed"] for g in pair]
     assert decayed[0] == 1.0 and decayed[-1] == pytest.approx(0.6) and decayed == sorted(decayed, reverse=True)
 

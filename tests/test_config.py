@@ -84,6 +84,8 @@ DEMO = {
     "model.attention_args.alpha": None, "model.norm": "layernorm", "model.final_norm": True,
     "model.token_graying.method": "none", "model.token_graying.eps": None,
     "model.img_size": None,  # added with the digits recipe: null = create_vit's 224, the model of before
+    # added with the MAE knobs (issue 29): the decay and position table of before
+    "model.decay.indexing": "sub_block", "model.decay.branches": "both", "model.pos_embed": "learned",
     "dino.out_dim": 1024, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
     "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.02,
     "dino.teacher_temp": 0.02, "dino.warmup_teacher_temp_epochs": 0, "dino.center_momentum": 0.9,

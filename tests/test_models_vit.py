@@ -38,6 +38,8 @@ def test_residual_wiring_with_zeroed_branches(residual):
         "decayed": x * g1 * g2,
         "attn-skip": torch.zeros_like(x),  # x + 0, then no shortcut around the MLP
         "mlp-skip": torch.zeros_like(x),  # no shortcut around attention, then 0 + 0
+        "scaled-branch": x,  # x + sqrt(.5) 0, twice
+        "scaled-sum": x * 0.5,  # sqrt(.5) (x + 0), twice
     }[residual]
     torch.testing.assert_close(y, expected, atol=1e-6, rtol=0)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .models.block import DEFAULT_ALPHA_MIN
+from .models.decay import DEFAULT_ALPHA_MIN
 from .models.init import CUTSKIP_DEFAULTS
 from .world import world_size
 
@@ -40,7 +40,10 @@ def number_text(x: Any) -> str:
 
 
 def describe_model(m: Mapping) -> str:
-    """``vit_small/16, 12 blocks, residual skipless, init cutskip (alpha 1.8 ...), pooling token, drop-path 0``."""
+    """``vit_small/16, 12 blocks, residual skipless, init cutskip (alpha 1.8 ...), pooling token, drop-path 0``.
+
+    Settings at their default are left out: the decay's indexing and branches (``decay per layer``,
+    ``decay attn only``) and a fixed position table (``pos-embed sincos``) show only when chosen."""
     depth = m.get("depth")
     parts = [f"{m['arch']}/{m.get('patch_size') or 16}" + (f", {depth} blocks" if depth else ""),
              f"residual {m['residual']}"]
@@ -53,6 +56,15 @@ def describe_model(m: Mapping) -> str:
     if m["residual"] == "decayed":
         alpha_min = m.get("alpha_min")
         parts.append(f"alpha_min {number_text(DEFAULT_ALPHA_MIN if alpha_min is None else alpha_min)}")
+        decay = m.get("decay") or {}  # a config section nests them; skipless_args name them decay_*
+        indexing = decay.get("indexing", m.get("decay_indexing", "sub_block"))
+        branches = decay.get("branches", m.get("decay_branches", "both"))
+        if indexing == "layer":
+            parts.append("decay per layer")
+        if branches != "both":
+            parts.append(f"decay {branches} only")
+    if m.get("pos_embed", "learned") != "learned":
+        parts.append(f"pos-embed {m['pos_embed']}")
     parts.append(f"pooling {m.get('global_pool', 'token')}")
     parts.append(f"drop-path {number_text(m.get('drop_path_rate', 0.0))}")
     return ", ".join(parts)

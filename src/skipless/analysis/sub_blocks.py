@@ -6,7 +6,9 @@ Ji et al. ("Cutting the Skip", Section 4.3) write each pre-LN block as two sub-b
     x^_l  = g_m x_l     + m(norm2(x_l))            m: the MLP branch             (FFN)
 
 with shortcut gains ``g = 1`` for a skip, ``0`` for none and the decayed mode's coefficients
-(Zhang et al.). Every diagnostic reads a block through this file, so the residual wiring is
+(Zhang et al.). Table 3b's fixed-scale modes (Zhang et al.) scale the branch too, so a branch here is
+``b * ls(f(u))`` with ``b = sqrt(.5)`` for ``scaled-branch`` and ``scaled-sum`` (1 otherwise), and
+``scaled-sum``'s shortcut gain is ``sqrt(.5)``: ``s (x + f) = s x + s f``. Every diagnostic reads a block through this file, so the residual wiring is
 written once (``models/block.py`` runs it; here it is exposed): the branches as functions of their
 *normalised* input (the attention K_l and MLP K^_l of Eq. 7 are Jacobians of these), the gains, and
 one traced forward that keeps every intermediate.
@@ -21,28 +23,39 @@ from typing import Callable, Iterable, Iterator
 import torch
 from torch import nn
 
+from ..models.block import SQRT_HALF
 from ..models.features import embed_tokens
 
-__all__ = ["SubBlockTrace", "attention_branch", "embed_tokens", "has_finite_weights", "mlp_branch", "shortcut_gains",
+__all__ = ["SubBlockTrace", "attention_branch", "branch_gain", "embed_tokens", "has_finite_weights", "mlp_branch", "shortcut_gains",
            "trace_block", "traced_blocks"]
 
 
 def shortcut_gains(block: nn.Module) -> tuple[float, float]:
     """(g_a, g_m): the factor on the shortcut around the attention and the MLP sub-block (0: none)."""
-    if getattr(block, "residual", "skip") == "decayed":
+    residual = getattr(block, "residual", "skip")
+    if residual == "decayed":
         g = block.shortcut_gains.tolist()
         return float(g[0]), float(g[1])
+    if residual == "scaled-sum":
+        return SQRT_HALF, SQRT_HALF
     return float(getattr(block, "attn_skip", True)), float(getattr(block, "mlp_skip", True))
 
 
+def branch_gain(block: nn.Module) -> float:
+    """The factor on both branches: sqrt(.5) in Table 3b's scaled modes, 1 in every other."""
+    return SQRT_HALF if getattr(block, "residual", "skip") in ("scaled-branch", "scaled-sum") else 1.0
+
+
 def attention_branch(block: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """u -> ls1(attn(u)): the attention branch as a function of its normalised input (B, n, d)."""
-    return lambda u: block.ls1(block.attn(u))
+    """u -> b * ls1(attn(u)): the attention branch as a function of its normalised input (B, n, d)."""
+    b = branch_gain(block)
+    return (lambda u: block.ls1(block.attn(u))) if b == 1.0 else (lambda u: b * block.ls1(block.attn(u)))
 
 
 def mlp_branch(block: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """u -> ls2(mlp(u)): the MLP branch as a function of its normalised input (B, n, d)."""
-    return lambda u: block.ls2(block.mlp(u))
+    """u -> b * ls2(mlp(u)): the MLP branch as a function of its normalised input (B, n, d)."""
+    b = branch_gain(block)
+    return (lambda u: block.ls2(block.mlp(u))) if b == 1.0 else (lambda u: b * block.ls2(block.mlp(u)))
 
 
 @dataclass

@@ -1,17 +1,18 @@
 """The ViT family of skipless: residual modes, initialisations, the feature API, backbone files."""
 from .attention import SoftmaxAttention, flash_attn_available, use_explicit_attention
-from .block import DEFAULT_ALPHA_MIN, RESIDUAL_MODES, ResidualBlock, decayed_gains
+from .block import RESIDUAL_MODES, ResidualBlock
+from .decay import DECAY_BRANCHES, DECAY_INDEXINGS, DEFAULT_ALPHA_MIN, decayed_gains
 from .checkpoint import BackboneLoadError, load_backbone, save_backbone
 from .features import KINDS, FeatureRequestError, extract_features, patch_features, patch_grid, resolve_layers
 from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, head_matrices, osa_init_, paper_matrices, stiefel, suo_
 from .osa import OrthogonalAttention
 from .pos_embed import POS_EMBED_INTERPS
 from .timm_weights import load_timm_backbone
-from .vit import ARCHS, ATTENTIONS, SkiplessViT, backbone_args, create_vit, drop_path_rates, freeze_for_eval
+from .vit import ARCHS, ATTENTIONS, POS_EMBEDS, SkiplessViT, backbone_args, create_vit, drop_path_rates, freeze_for_eval
 
 __all__ = [
-    "ARCHS", "ATTENTIONS", "CUTSKIP_DEFAULTS", "DEFAULT_ALPHA_MIN", "INITS", "KINDS", "POS_EMBED_INTERPS",
-    "RESIDUAL_MODES",
+    "ARCHS", "ATTENTIONS", "CUTSKIP_DEFAULTS", "DECAY_BRANCHES", "DECAY_INDEXINGS", "DEFAULT_ALPHA_MIN", "INITS",
+    "KINDS", "POS_EMBED_INTERPS", "POS_EMBEDS", "RESIDUAL_MODES",
     "BackboneLoadError", "FeatureRequestError", "OrthogonalAttention", "ResidualBlock", "SkiplessViT",
     "SoftmaxAttention",
     "backbone_args", "create_vit", "cutskip_init_", "decayed_gains", "drop_path_rates",

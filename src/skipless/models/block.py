@@ -2,11 +2,21 @@
 
 Residual modes, with ``a``/``m`` the attention / MLP sub-blocks:
 
-    skip       x = x + a(norm1(x));        x = x + m(norm2(x))          (standard ViT)
-    skipless   x = a(norm1(x));            x = m(norm2(x))              (Ji et al., "Cutting the Skip")
-    decayed    x = g1 * x + a(norm1(x));   x = g2 * x + m(norm2(x))     (Zhang et al., decayed shortcuts)
-    attn-skip  x = x + a(norm1(x));        x = m(norm2(x))              (Ji et al., "Always Skip Attention")
-    mlp-skip   x = a(norm1(x));            x = x + m(norm2(x))
+    skip           x = x + a(norm1(x));        x = x + m(norm2(x))          (standard ViT)
+    skipless       x = a(norm1(x));            x = m(norm2(x))              (Ji et al., "Cutting the Skip")
+    decayed        x = g1 * x + a(norm1(x));   x = g2 * x + m(norm2(x))     (Zhang et al., decayed shortcuts)
+    attn-skip      x = x + a(norm1(x));        x = m(norm2(x))              (Ji et al., "Always Skip Attention")
+    mlp-skip       x = a(norm1(x));            x = x + m(norm2(x))
+    scaled-branch  x = x + s * a(norm1(x));    x = x + s * m(norm2(x))      (Zhang et al. Table 3b, 76.9)
+    scaled-sum     x = s * (x + a(norm1(x)));  x = s * (x + m(norm2(x)))    (Zhang et al. Table 3b, 82.6)
+
+with ``s = sqrt(0.5)``.
+
+The decayed mode's gains ``g1, g2`` come from ``decay.decayed_gains`` (Zhang et al. Eq. 5 and the
+suite's reading of it). The two scaled modes are Table 3b's fixed-scale shortcuts of seeds/002: a
+constant sqrt(0.5) on the branch only (Fischer et al.'s residual scaling, [18] there), or on both the
+shortcut and the branch (Karras et al.'s form, [37] there); on both sub-blocks of every block, with
+the init that is asked for (the zeroed output projections belong to the decayed mode, Sec. 3.2).
 
 The norms stay in every mode unless ``norm="none"``: the paper keeps pre-LN and only removes the
 shortcut; the OSA-Transformer (seeds/004, Section 2) removes both, ``x = a(x); x = m(x)``. Drop-path
@@ -14,15 +24,16 @@ drops a branch and keeps the shortcut, so it has no meaning on a sub-block witho
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from timm.models.vision_transformer import Block
 from timm.layers import DropPath
 from torch import nn
 
-RESIDUAL_MODES = ("skip", "skipless", "decayed", "attn-skip", "mlp-skip")
+RESIDUAL_MODES = ("skip", "skipless", "decayed", "attn-skip", "mlp-skip", "scaled-branch", "scaled-sum")
 NORMS = ("layernorm", "none")  # the blocks' pre-norms: timm's LayerNorm, or none (norm1, norm2 are identities)
-# The decayed mode's last shortcut gain, Zhang et al.'s value; configs leave it null to mean this.
-DEFAULT_ALPHA_MIN = 0.6
+SQRT_HALF = math.sqrt(0.5)  # the scaled modes' constant (seeds/002 Table 3b)
 
 
 def _skips(residual: str) -> tuple[bool, bool]:
@@ -35,6 +46,8 @@ def _skips(residual: str) -> tuple[bool, bool]:
         "decayed": (True, True),
         "attn-skip": (True, False),
         "mlp-skip": (False, True),
+        "scaled-branch": (True, True),
+        "scaled-sum": (True, True),
     }[residual]
 
 
@@ -46,7 +59,8 @@ class ResidualBlock(Block):
         shortcut_gains: for ``decayed``, the two coefficients (g1, g2) that scale the shortcut of the
             attention and the MLP sub-block. A non-persistent buffer: it follows the model across
             devices but stays out of the state dict (so a plain timm state dict loads unchanged);
-            backbone files store ``alpha_min``, from which ``create_vit`` rebuilds the gains.
+            backbone files store ``alpha_min``, ``decay_indexing`` and ``decay_branches``, from which
+            ``create_vit`` rebuilds the gains (``decay.decayed_gains``).
         norm: one of ``NORMS``; ``"none"`` makes ``norm1`` and ``norm2`` identities (no parameters).
         attention_args: passed to the attention module's ``configure`` (``attention.py``).
         Other arguments are timm's ``Block`` arguments.
@@ -84,6 +98,10 @@ class ResidualBlock(Block):
         a = self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask, is_causal=is_causal)))
         if self.residual == "decayed":
             x = self.shortcut_gains[0] * x + a
+        elif self.residual == "scaled-branch":
+            x = x + SQRT_HALF * a
+        elif self.residual == "scaled-sum":
+            x = SQRT_HALF * (x + a)
         elif self.attn_skip:
             x = x + a
         else:
@@ -91,22 +109,13 @@ class ResidualBlock(Block):
         m = self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         if self.residual == "decayed":
             x = self.shortcut_gains[1] * x + m
+        elif self.residual == "scaled-branch":
+            x = x + SQRT_HALF * m
+        elif self.residual == "scaled-sum":
+            x = SQRT_HALF * (x + m)
         elif self.mlp_skip:
             x = x + m
         else:
             x = m
         return x
 
-
-def decayed_gains(depth: int, alpha_min: float) -> torch.Tensor:
-    """The 2L shortcut coefficients of the decayed mode, shape (depth, 2).
-
-    Zhang et al. (decayed identity shortcuts in an MAE) write ``alpha_l = 1 - delta * l`` with ``delta = (1 - alpha_min) / L``,
-    which stops one step short of ``alpha_min``. We use ``1 - linspace(0, 1, 2L) * (1 - alpha_min)``
-    over the 2L sub-blocks: the first shortcut is exactly 1, the last exactly
-    ``alpha_min``, and the decay is linear in sub-block index.
-    """
-    if not 0.0 <= alpha_min <= 1.0:
-        raise ValueError(f"alpha_min must lie in [0, 1], got {alpha_min}")
-    a = 1.0 - torch.linspace(0.0, 1.0, 2 * depth, dtype=torch.float64) * (1.0 - alpha_min)
-    return a.reshape(depth, 2).float()

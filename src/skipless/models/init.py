@@ -167,7 +167,9 @@ def cutskip_init_(model: nn.Module, alpha: float = CUTSKIP_DEFAULTS["alpha"], be
 @torch.no_grad()
 def zero_output_projections_(model: nn.Module) -> None:
     """Decayed shortcuts (Zhang et al., "Residual Connections Harm Self-Supervised Abstract Feature Learning"): zero the output projections of attention and MLP, so every
-    block starts as its scaled shortcut."""
+    block starts as its scaled shortcut (seeds/002 Sec. 3.2: "initialize the weights of the final output
+    layer in each f to zero"). One rule for the decayed mode whatever its alpha_min (1.0 included),
+    indexing and branches; the other modes, Table 3b's fixed-scale ones included, keep their init."""
     for block in model.blocks:
         for lin in (block.attn.proj, block.mlp.fc2):
             lin.weight.zero_()

@@ -15,10 +15,12 @@ from torch import nn
 
 from ..errors import ModelArgumentError
 from .attention import LinearAttention, SoftmaxAttention
-from .block import DEFAULT_ALPHA_MIN, NORMS, RESIDUAL_MODES, ResidualBlock, decayed_gains
+from .block import NORMS, RESIDUAL_MODES, ResidualBlock
+from .decay import DECAY_BRANCHES, DECAY_INDEXINGS, DEFAULT_ALPHA_MIN, decayed_gains
 from .init import CUTSKIP_DEFAULTS, INITS, apply_init_
 from .osa import OrthogonalAttention
 from .pos_embed import POS_EMBED_INTERPS, resample_pos_embed
+from .sincos import sincos_2d
 from .token_graying import DEFAULT_EPS, GRAYING_METHODS, GrayedPatchEmbed, check_graying
 
 # Architectures by name (Dosovitskiy et al. 2021; Touvron et al. 2021 for Ti/S).
@@ -44,6 +46,7 @@ def _check_choice(kind: str, value: str, choices) -> None:
 
 
 GLOBAL_POOLS = ("token", "avg")  # the feature model(x) returns: the CLS output, or the mean patch token
+POS_EMBEDS = ("learned", "sincos")  # the position table: learned (ViT, DINO) or fixed 2-D sin-cos (MAE)
 
 
 class SkiplessViT(VisionTransformer):
@@ -93,6 +96,9 @@ def create_vit(
     attention: str = "softmax",
     init_args: dict[str, float] | None = None,
     alpha_min: float | None = None,
+    decay_indexing: str = "sub_block",
+    decay_branches: str = "both",
+    pos_embed: str = "learned",
     pos_embed_interp: str = "dino",
     attention_args: dict[str, Any] | None = None,
     norm: str = "layernorm",
@@ -116,8 +122,18 @@ def create_vit(
         init_args: for ``cutskip``: ``alpha``, ``beta``, ``c`` and ``center_mlp`` (see
             ``init.center_mlp_``); a missing or None entry takes ``init.CUTSKIP_DEFAULTS``, the paper's
             DINO ViT-S values.
-        alpha_min: for ``decayed``: the last shortcut coefficient; None takes ``block.DEFAULT_ALPHA_MIN``
+        alpha_min: for ``decayed``: the last shortcut coefficient; None takes ``decay.DEFAULT_ALPHA_MIN``
             (Zhang et al.'s 0.6).
+        decay_indexing: for ``decayed``: ``sub_block`` (default: the gains fall over the 2L sub-blocks
+            and end at ``alpha_min``) | ``layer`` (seeds/002 Eq. 5 as written: ``alpha_l = 1 - l (1 -
+            alpha_min) / L`` on both shortcuts of block l, ending at 0.633 for L = 12, alpha_min 0.6).
+            See ``decay.py`` for the two deviations of the default.
+        decay_branches: for ``decayed``: ``both`` (default) | ``attn`` | ``mlp``: which shortcuts decay
+            (seeds/002 Table 3b); the other branch's shortcuts keep gain 1 (``decay.py``).
+        pos_embed: ``learned`` (default: timm's trainable table) | ``sincos``: MAE's fixed 2-D sin-cos
+            table (``sincos.py``; He et al. 2022, seeds/002 Sec. 4), frozen (``requires_grad`` False,
+            so optimizers never see it) and kept in the state dict under ``pos_embed``. Crops of another
+            size resample it by ``pos_embed_interp`` as a learned table is.
         pos_embed_interp: how position embeddings are resampled for crops of a non-native size:
             ``dino`` (DINO's ``interpolate_pos_encoding``, the default: the suite pretrains with DINO
             and DINO's released weights then give DINO's own outputs) or ``timm`` (timm's antialiased
@@ -141,6 +157,14 @@ def create_vit(
     _check_choice("attention", attention, ATTENTIONS)
     _check_choice("pos_embed_interp", pos_embed_interp, POS_EMBED_INTERPS)
     _check_choice("norm", norm, NORMS)
+    _check_choice("decay_indexing", decay_indexing, DECAY_INDEXINGS)
+    _check_choice("decay_branches", decay_branches, DECAY_BRANCHES)
+    _check_choice("pos_embed", pos_embed, POS_EMBEDS)
+    if residual != "decayed" and (decay_indexing, decay_branches) != (DECAY_INDEXINGS[0], DECAY_BRANCHES[0]):
+        raise ModelArgumentError(
+            f"decay_indexing={decay_indexing} and decay_branches={decay_branches} shape the decayed mode's gains "
+            f"and do nothing for residual={residual}; expected residual=decayed, or the defaults "
+            f"{DECAY_INDEXINGS[0]} and {DECAY_BRANCHES[0]}")
     if init in INIT_ATTENTIONS and attention not in INIT_ATTENTIONS[init]:
         raise ModelArgumentError(
             f"init={init} cannot initialise attention={attention}: it is written for attention "
@@ -167,7 +191,7 @@ def create_vit(
     kwargs.update(overrides)
     _check_choice("global_pool", kwargs.get("global_pool", "token"), GLOBAL_POOLS)
     depth = kwargs["depth"]
-    gains = decayed_gains(depth, alpha_min)
+    gains = decayed_gains(depth, alpha_min, decay_indexing, decay_branches)
     # timm passes a per-block drop-path rate; our block forces it to 0 where there is no shortcut.
     blocks = iter(range(depth))
 
@@ -184,12 +208,35 @@ def create_vit(
     if not final_norm:
         model.norm, model.fc_norm = nn.Identity(), nn.Identity()
     apply_init_(model, init, init_args, residual)
+    if pos_embed == "sincos":  # after every init, so none of them overwrites the fixed table
+        _fix_sincos_pos_embed_(model)
     model.skipless_args = dict(
         arch=arch, residual=residual, init=init, attention=attention,
-        init_args=init_args, alpha_min=alpha_min, pos_embed_interp=pos_embed_interp,
+        init_args=init_args, alpha_min=alpha_min, decay_indexing=decay_indexing, decay_branches=decay_branches,
+        pos_embed=pos_embed, pos_embed_interp=pos_embed_interp,
         attention_args=attention_args, norm=norm, final_norm=bool(final_norm), token_graying=graying, **overrides,
     )
     return model
+
+
+@torch.no_grad()
+def _fix_sincos_pos_embed_(model: SkiplessViT) -> None:
+    """Fill ``model.pos_embed`` with MAE's 2-D sin-cos table of the native patch grid (a zero row for
+    the CLS token, which carries no position) and freeze it: MAE's ``pos_embed`` with
+    ``requires_grad=False``, still a parameter under the same name, so state dicts keep it."""
+    if model.pos_embed is None:
+        raise ModelArgumentError("pos_embed=sincos needs a position table; expected timm's pos_embed='learn'")
+    rows, cols = model.patch_embed.grid_size
+    prefix = model.pos_embed.shape[1] - rows * cols
+    if prefix not in (0, 1):
+        raise ModelArgumentError(f"pos_embed=sincos fills the patch grid and at most a CLS row; this model's table "
+                                 f"has {prefix} prefix rows (registers?); expected 0 or 1")
+    if model.embed_dim % 4:
+        raise ModelArgumentError(f"pos_embed=sincos needs a width divisible by 4 (two sin-cos codes of even width), "
+                                 f"got embed_dim={model.embed_dim}")
+    table = sincos_2d(model.embed_dim, rows, cols, cls_token=prefix == 1)
+    model.pos_embed.copy_(table.to(model.pos_embed.dtype))
+    model.pos_embed.requires_grad_(False)
 
 
 def _attention_args(attention: str, given: dict[str, Any] | None) -> dict[str, Any]:
@@ -222,4 +269,5 @@ def freeze_for_eval(model: torch.nn.Module, device: str | torch.device = "cpu") 
     return model
 
 
-__all__ = ["ARCHS", "ATTENTIONS", "SkiplessViT", "create_vit", "backbone_args", "drop_path_rates", "freeze_for_eval"]
+__all__ = ["ARCHS", "ATTENTIONS", "POS_EMBEDS", "SkiplessViT", "create_vit", "backbone_args", "drop_path_rates",
+           "freeze_for_eval"]
