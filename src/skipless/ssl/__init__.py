@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..config import ConfigError
-from .dino import METHOD as DINO_METHOD
+from .dino.method import METHOD as DINO_METHOD
+from .mae.method import METHOD as MAE_METHOD
 from .method import Method
 
-METHODS: dict[str, Method] = {m.name: m for m in (DINO_METHOD,)}
+METHODS: dict[str, Method] = {m.name: m for m in (DINO_METHOD, MAE_METHOD)}
 
 
 def method_of(cfg: Mapping) -> Method:
