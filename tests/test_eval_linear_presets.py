@@ -2,6 +2,9 @@
 warm-up + cosine by hand, the batch of a small split, each preset end to end, refusals."""
 import json
 import math
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +19,7 @@ from eval.linear.schedule import lr_at
 from global_fixtures import SMALL, register_colours, tiny_backbone
 from skipless.config import CONFIG_DIR, ConfigError, leaf_values, load_config
 
+ROOT = Path(__file__).resolve().parents[1]
 PROBE_KEYS = {"inputs", "lrs", "lr_batch", "epochs", "warmup_epochs", "lr_update", "batch_size", "drop_last",
               "head.norm", "head.norm_eps", "head.init", "head.init_std", "optimizer.name", "optimizer.momentum",
               "optimizer.weight_decay", "optimizer.trust_coefficient", "optimizer.betas"}
@@ -192,3 +196,16 @@ def test_each_preset_end_to_end_on_one_cache_and_a_batch_larger_than_the_split(t
     assert len(cache) == 1
     f = open_features(cache[0], json.loads((cache[0] / "meta.json").read_text())["key"])
     torch.testing.assert_close(f.last_cls(), f.cls_concat()[:, -192:])
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_linear_passes_preset_only_when_set_and_help_lists_the_presets():
+    def line(*args):
+        out = subprocess.run(["make", "-n", "-s", "STAMP=", "PY=python", "linear", *args], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        return " ".join(out.split())
+
+    assert line() == "python -m eval.linear"
+    assert line("PRESET=mae", "DATASET=default") == "python -m eval.linear linear-preset=mae dataset=default"
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "PRESET=dino|mae|zhang" in out
