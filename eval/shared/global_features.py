@@ -166,6 +166,11 @@ class GlobalFeatures:
         return torch.from_numpy(np.ascontiguousarray(self.labels[self.valid]))
 
 
+def cache_key(key: dict | None, *, n_last: int, resize: int, crop: int, n: int) -> dict:
+    """The full key of a cache: what identifies the backbone and images (``key``), the sizes, the blocks."""
+    return dict(key or {}, n_last=int(n_last), resize=int(resize), crop=int(crop), n=int(n))
+
+
 def open_features(folder: Path, key: dict) -> GlobalFeatures | None:
     """The complete cache in ``folder`` built with the same ``key``, or None."""
     try:
@@ -200,7 +205,7 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
     Raises:
         MalformedDatasetError: no image of the split could be read.
     """
-    key = dict(key or {}, n_last=int(n_last), resize=int(resize), crop=int(crop), n=len(dataset))
+    key = cache_key(key, n_last=n_last, resize=resize, crop=crop, n=len(dataset))
     folder = Path(folder) if folder is not None else None
     if folder is not None:
         found = open_features(folder, key)
