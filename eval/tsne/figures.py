@@ -39,5 +39,7 @@ def scatter_figure(panels: Sequence[tuple[str, np.ndarray, np.ndarray]], classes
     handles, names = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, names, loc="center right", fontsize=7, markerscale=1.6, frameon=False)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1 - 1.8 / fig.get_figwidth(), 1 - 0.35 / fig.get_figheight()))
+    width, height = fig.get_size_inches()
+    fig.subplots_adjust(left=0.1 / width, right=1 - 1.8 / width, bottom=0.1 / height, top=1 - 0.6 / height,
+                        wspace=0.3 / 4.2)  # room for the legend at the right, the titles at the top
     return fig

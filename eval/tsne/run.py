@@ -63,6 +63,8 @@ RULES = {
     "metric": one_of("euclidean", "cosine"),
 }
 
+FEATURE_WORDS = {"cls": "CLS tokens", "pooled": "pooled features"}
+
 
 def result_stem(cfg: DictConfig, dataset: str) -> str:
     """``tsne[-pooled]-<dataset>[-train]`` (module docstring)."""
@@ -117,7 +119,7 @@ def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, dataset: Any
                              learning_rate=cfg.learning_rate, metric=str(cfg.metric), seed=int(cfg.seed))
     tsne_s = time.perf_counter() - t1
     names, config = dataset.class_names, OmegaConf.to_container(cfg, resolve=True)
-    title = f"{spec.name}: t-SNE of {'CLS tokens' if cfg.feature == 'cls' else 'pooled features'}, {settings.dataset} {cfg.split}"
+    title = f"{spec.name}: t-SNE of {FEATURE_WORDS[str(cfg.feature)]}, {settings.dataset} {cfg.split}"
     fig = scatter_figure([(spec.name, points, labels)], classes, names, title)
     png = save_figure(fig, spec.out_dir / f"{stem}.png", spec.out_dir, stem)
     result = {
@@ -150,7 +152,7 @@ def run_tsne(cfg: DictConfig) -> dict[str, dict]:
     stem = result_stem(cfg, settings.dataset)
     names = dataset.class_names
     print(f"tsne {settings.dataset} {cfg.split}: {len(indices)} images of {len(classes)} classes "
-          f"({', '.join(names[c] for c in classes)}), {cfg.feature} features, perplexity {cfg.perplexity}, "
+          f"({', '.join(names[c] for c in classes)}), {FEATURE_WORDS[str(cfg.feature)]}, perplexity {cfg.perplexity}, "
           f"backbones: {', '.join(s.name for s in specs)}", flush=True)
     results, panels = {}, []
     for spec in specs:
@@ -162,7 +164,7 @@ def run_tsne(cfg: DictConfig) -> dict[str, dict]:
               f"{' (cached)' if t['cache_reused'] else ''}, t-SNE {t['tsne_s']:.0f} s] -> {r['figure']}", flush=True)
     if len(specs) > 1:
         folder = compare_dir(cfg.runs_root, cfg.out)
-        fig = scatter_figure(panels, classes, names, f"t-SNE of {cfg.feature} features, {settings.dataset} {cfg.split}")
+        fig = scatter_figure(panels, classes, names, f"t-SNE of {FEATURE_WORDS[str(cfg.feature)]}, {settings.dataset} {cfg.split}")
         path = save_figure(fig, folder / f"{stem}.png", folder, stem)
         print(f"side by side: {path}", flush=True)
     return results
