@@ -75,7 +75,7 @@ def train_and_score(train_inputs: dict[str, torch.Tensor], train_y: torch.Tensor
     batch used with its lr scale (``Recipe.batch_for``)."""
     n = int(train_y.shape[0])
     batch = recipe.batch_for(n)
-    if recipe.norm == "batchnorm" and not recipe.drop_last and n % batch == 1:
+    if recipe.norm == "batchnorm" and (batch == 1 or (not recipe.drop_last and n % batch == 1)):
         raise ConfigError(f"head.norm=batchnorm needs at least 2 samples per batch, and the last batch of {n} "
                           f"training images at batch_size {batch} holds 1; set drop_last=true or another batch_size")
     lrs = recipe.scaled_lrs(batch)
