@@ -14,6 +14,7 @@ OPT ?=
 DATA ?=
 RECIPE ?=
 DATASET ?=
+PRESET ?=
 MULTISCALE ?=
 LAYER ?=
 CKPT ?=
@@ -45,7 +46,7 @@ TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain train probe tokencut pca conditioning knn linear paper bench tensorboard test clean
+.PHONY: help setup data pretrain train probe tokencut pca conditioning knn linear tsne paper bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -65,8 +66,10 @@ help: ## list targets and variables
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
-	@echo "       or a classification dataset (knn, linear: default and the readers of skipless/data/classification/classification.py)"
+	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/classification.py)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
+	@echo "  PRESET=$(call choices,linear-preset) (linear: the probe's protocol, configs/linear-preset/; default dino:"
+	@echo "       DINO's eval_linear; zhang: seed 002's ImageNet-100 probe; mae: MAE's, BatchNorm + LARS)"
 	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); CKPT=init:<model>[:<arch>]: a preset at init;"
 	@echo "       released weights:"
@@ -111,8 +114,11 @@ conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective
 knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATASET= CKPT= ARGS=
 	$(PY) -m eval.knn $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features (DINO): DATASET= CKPT= ARGS=
-	$(PY) -m eval.linear $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRESET=dino|zhang|mae DATASET= CKPT= ARGS=
+	$(PY) -m eval.linear $(call opt,linear-preset,$(PRESET)) $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+
+tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATASET= CKPT= ARGS=
+	$(PY) -m eval.tsne $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|full DRY=1 ARGS=
 	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(ARGS)

@@ -31,7 +31,7 @@ from skipless.errors import SkiplessError
 EXPERIMENT_DIR = CONFIG_DIR / "experiments"
 SCALES = ("demo", "full")
 RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train"}
-EVAL_ENTRIES = {name: f"eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear")}
+EVAL_ENTRIES = {name: f"eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne")}
 REPORT_KINDS = ("table", "curve", "images", "history")
 _TOP = {"title", "source", "runs", "evaluations", "report"}
 _RUNS = {"entry", "axes", "scales", "epochs"}

@@ -8,9 +8,18 @@ import torch
 from eval.knn import run as knn
 from eval.linear import run as linear
 from eval.linear.run import train_and_score
-from eval.linear.heads import ClassifierHeads, best_lr_index, cosine_lr, evaluate_heads, train_heads
+from eval.linear.heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
+from eval.linear.recipe import Recipe
+from eval.linear.schedule import lr_at
 from global_fixtures import SMALL, register_colours, tiny_backbone
 from host_reads import HostReads
+from skipless.config import load_config
+
+
+def recipe(lrs, epochs: int = 10, batch_size: int = 32, *more: str) -> Recipe:
+    """DINO's preset with these lrs taken as they are (lr_batch = batch_size: no scaling)."""
+    return Recipe.from_config(load_config("linear", [f"lrs={list(lrs)}", f"epochs={epochs}",
+                                                     f"batch_size={batch_size}", f"lr_batch={batch_size}", *more]))
 
 
 def separable(n_per_class: int, classes: int = 7, dim: int = 24, seed: int = 0):
@@ -25,7 +34,7 @@ def test_heads_reach_full_accuracy_on_linearly_separable_features():
     x, y = separable(30)
     xv, yv = separable(10, seed=1)
     out = train_and_score({"a": x, "b": torch.cat([x, x[:, :4]], 1)}, y, {"a": xv, "b": torch.cat([xv, xv[:, :4]], 1)},
-                          yv, 7, [1e-3, 1e-2], epochs=30, batch_size=32)
+                          yv, 7, recipe([1e-3, 1e-2], 30))
     for group in ("a", "b"):
         assert out[group]["top1"] == 100.0 and out[group]["top5"] == 100.0
         assert out[group]["dim"] == (24 if group == "a" else 28)
@@ -34,7 +43,7 @@ def test_heads_reach_full_accuracy_on_linearly_separable_features():
 def test_the_reported_lr_is_the_best_on_val_and_a_useless_lr_is_never_chosen():
     x, y = separable(30)
     xv, yv = separable(10, seed=1)
-    out = train_and_score({"a": x}, y, {"a": xv}, yv, 7, [1e-9, 1e-2], epochs=10, batch_size=32)
+    out = train_and_score({"a": x}, y, {"a": xv}, yv, 7, recipe([1e-9, 1e-2]))
     sweep = out["a"]["sweep"]
     assert sweep[0]["top1"] < 60 < sweep[1]["top1"]  # 1e-9 barely moves the N(0, 0.01) init
     assert out["a"]["best_lr"] == 1e-2 and out["a"]["top1"] == sweep[1]["top1"] and out["a"]["best_lr_at_edge"]
@@ -43,7 +52,7 @@ def test_the_reported_lr_is_the_best_on_val_and_a_useless_lr_is_never_chosen():
 def test_a_sweep_where_every_lr_ties_is_not_at_its_edge(capsys):
     x, y = separable(30, classes=3)
     xv, yv = separable(10, classes=3, seed=1)
-    out = train_and_score({"a": x}, y, {"a": xv}, yv, 3, [1e-3, 1e-2, 1e-1], epochs=30, batch_size=32)
+    out = train_and_score({"a": x}, y, {"a": xv}, yv, 3, recipe([1e-3, 1e-2, 1e-1], 30))
     assert [s["top1"] for s in out["a"]["sweep"]] == [100.0] * 3  # all tie: no optimum beyond the sweep
     assert out["a"]["best_lr_at_edge"] is None
 
@@ -56,18 +65,18 @@ def test_best_lr_index_breaks_ties_by_top5_then_by_order():
 
 def test_heads_trained_side_by_side_are_the_heads_trained_alone():
     x, y = separable(12)
-    both = ClassifierHeads({"a": 24}, 7, [1e-3, 1e-1], seed=3)
-    alone = ClassifierHeads({"a": 24}, 7, [1e-1], seed=3)
+    both = ClassifierHeads({"a": 24}, 7, [1e-3, 1e-1], recipe([1e-3, 1e-1], 3, 16), seed=3)
+    alone = ClassifierHeads({"a": 24}, 7, [1e-1], recipe([1e-1], 3, 16), seed=3)
     assert torch.equal(both.heads["a"][1].weight, alone.heads["a"][0].weight)  # the init depends on the lr only
-    train_heads(both, {"a": x}, y, epochs=3, batch_size=16, progress=False)
-    train_heads(alone, {"a": x}, y, epochs=3, batch_size=16, progress=False)
+    train_heads(both, {"a": x}, y, recipe([1e-3, 1e-1], 3, 16), 16, progress=False)
+    train_heads(alone, {"a": x}, y, recipe([1e-1], 3, 16), 16, progress=False)
     assert torch.allclose(both.heads["a"][1].weight, alone.heads["a"][0].weight, atol=1e-6)
     assert not torch.allclose(both.heads["a"][0].weight, both.heads["a"][1].weight)
 
 
 def test_scores_are_each_heads_own_top1_and_top5_read_back_once_per_group():
     x, y = separable(6)
-    heads = ClassifierHeads({"a": 24, "b": 12}, 7, [1e-3, 1e-1], seed=1)
+    heads = ClassifierHeads({"a": 24, "b": 12}, 7, [1e-3, 1e-1], recipe([1e-3, 1e-1]), seed=1)
     inputs = {"a": x, "b": x[:, :12]}
     with HostReads() as reads:
         scores = evaluate_heads(heads, inputs, y, batch_size=5)  # 9 batches of 42 images
@@ -84,7 +93,7 @@ def test_the_cosine_follows_cosine_annealing_per_epoch():
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 5, eta_min=0)
     for epoch in range(5):
-        assert cosine_lr(0.4, epoch, 5) == pytest.approx(opt.param_groups[0]["lr"])
+        assert lr_at(0.4, epoch, 5) == pytest.approx(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
 

@@ -8,8 +8,9 @@ the rules it must keep (issue 28):
     and the shared package is ``eval.SHARED`` (``eval/__init__.py``; ``tests/test_architecture_rules.py``
     checks that every module lies in one of them). A module of an evaluator family may import its own
     package's modules and the shared ones; today's families are probe (with its feature cache, linear
-    probe and mIoU), tokencut (with ncut and corloc), pca (with its maps), conditioning, knn and linear
-    (with its heads); k-NN and linear share the global features through ``eval.shared.global_eval`` /
+    probe and mIoU), tokencut (with ncut and corloc), pca (with its maps), conditioning, knn, linear
+    (with its heads, recipe, optimizers with LARS, schedule) and tsne (with its points, embedding and
+    figures); k-NN, linear and t-SNE share the global features through ``eval.shared.global_eval`` /
     ``eval.shared.global_features``;
 (c) no import cycle among the modules of ``src/skipless``: counting every import, also those inside a
     function (a lazy import is how a circle hides; today's lazy imports close none). A package's ``__init__`` is

@@ -49,7 +49,7 @@ def test_make_evaluators_pass_only_what_is_set(target):
     assert "ckpt='\\''runs/a random'\\''" in line and "layers=-1" in line and "out='\\''/tmp/o'\\''" in line
 
 
-@pytest.mark.parametrize("target", ["probe", "tokencut", "pca", "conditioning", "knn", "linear"])
+@pytest.mark.parametrize("target", ["probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne"])
 def test_paths_with_spaces_quotes_and_commas_reach_the_evaluator_as_typed(target):
     """CKPT='"runs/my run" random' names two backbones; OUT= a folder with a space: through make, the
     shell and the config parser, the evaluator reads what the user typed."""

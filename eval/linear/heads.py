@@ -1,20 +1,27 @@
 """Linear classifiers on cached global features, one per (feature group, learning rate), trained side by side.
 
-DINO's linear evaluation (Caron et al. 2021; facebookresearch/dino ``eval_linear.py``,
-``LinearClassifier``): one ``nn.Linear`` on the frozen features, no BatchNorm, weights from
-N(0, 0.01^2) and zero bias, cross-entropy, SGD with momentum 0.9 and no weight decay, the learning
-rate scaled by ``batch_size / 256`` (DINO's linear scaling rule) and decayed by a cosine over the
-epochs (``CosineAnnealingLR(epochs)``, stepped once per epoch).
+One ``nn.Linear`` per head on the frozen features, cross-entropy, the optimizer, schedule and batch of
+the recipe (``eval/linear/recipe.py``; the presets of ``configs/linear-preset/``):
+
+- DINO's linear evaluation (Caron et al. 2021; facebookresearch/dino ``eval_linear.py``,
+  ``LinearClassifier``): no BatchNorm, weights from N(0, 0.01^2), zero bias, SGD with momentum 0.9 and
+  no weight decay, the lr scaled by ``batch_size / 256`` and decayed by a cosine over the epochs
+  (``CosineAnnealingLR(epochs)``, stepped once per epoch);
+- MAE's linear probing (He et al. 2022, App. A.2; facebookresearch/mae ``main_linprobe.py``):
+  ``BatchNorm1d(affine=False, eps=1e-6)`` before the head (MAE: it calibrates the feature magnitudes of
+  different backbones so that one lr serves all, and folds into the linear layer after training), weights
+  from ``trunc_normal_(std=0.01)`` (timm's bounds +-2, absolute: in effect a normal), zero bias, LARS,
+  warm-up then cosine per step.
 
 Every head of every group sees the same batches in the same order; the heads share no parameter and
 each has its own optimizer parameter group, so training them together gives each the updates it would
 get alone (tested; up to the float rounding of the shared matrix product), and a sweep of n learning rates costs one pass over the features per
-epoch. Each head's initial weights come from a generator seeded by ``(seed, group, lr)`` alone, so
-widening the sweep leaves the other heads unchanged.
+epoch. The BatchNorm has no parameter: one per group serves all its heads and normalises a batch as
+each head's own would. Each head's initial weights come from a generator seeded by ``(seed, group,
+lr)`` alone, so widening the sweep leaves the other heads unchanged.
 """
 from __future__ import annotations
 
-import math
 import zlib
 from typing import Mapping, Sequence
 
@@ -23,6 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
+
+from .optimizers import build_optimizer
+from .recipe import Recipe
+from .schedule import lr_at, step_time
 
 Key = tuple[str, int]  # (group name, index of the learning rate)
 
@@ -34,26 +45,31 @@ def head_generator(seed: int, group: str, lr: float) -> torch.Generator:
 
 
 class ClassifierHeads(nn.Module):
-    """Per feature group, one linear classifier per learning rate.
+    """Per feature group, an optional BatchNorm (no affine) and one linear classifier per learning rate.
 
     Args:
         dims: group name -> input dimension (the group's features are given at call time).
         num_classes: output classes.
         lrs: learning rates (already scaled); group ``g`` has one head per lr, keyed ``(g, j)``.
+        recipe: its ``norm`` / ``norm_eps`` (the BatchNorm) and ``init`` / ``init_std`` (the weights).
         seed: seeds each head's initial weights (``head_generator``).
     """
 
-    def __init__(self, dims: Mapping[str, int], num_classes: int, lrs: Sequence[float], seed: int = 0) -> None:
+    def __init__(self, dims: Mapping[str, int], num_classes: int, lrs: Sequence[float], recipe: Recipe,
+                 seed: int = 0) -> None:
         super().__init__()
         self.lrs, self.num_classes, self.group_names = [float(lr) for lr in lrs], int(num_classes), list(dims)
         self.heads = nn.ModuleDict()
+        self.norms = nn.ModuleDict()
         for name, dim in dims.items():
             heads = nn.ModuleList(nn.Linear(int(dim), self.num_classes) for _ in self.lrs)
             for head, lr in zip(heads, self.lrs):
+                init_weight(head.weight, recipe.init, recipe.init_std, head_generator(seed, name, lr))
                 with torch.no_grad():
-                    head.weight.copy_(torch.randn(head.weight.shape, generator=head_generator(seed, name, lr)) * 0.01)
                     head.bias.zero_()
             self.heads[name] = heads
+            self.norms[name] = (nn.BatchNorm1d(int(dim), affine=False, eps=recipe.norm_eps)
+                                if recipe.norm == "batchnorm" else nn.Identity())
 
     @property
     def keys(self) -> list[Key]:
@@ -65,36 +81,48 @@ class ClassifierHeads(nn.Module):
 
     def group_logits(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Logits of every head of a group in one matrix product: (B, n_lrs, K). Each head keeps its own
-        parameters; only the call is shared."""
+        parameters; only the call (and the parameter-free BatchNorm) is shared."""
         heads = self.heads[name]
         weight = torch.cat([h.weight for h in heads])
         bias = torch.cat([h.bias for h in heads])
-        return F.linear(x, weight, bias).reshape(x.shape[0], len(heads), self.num_classes)
+        return F.linear(self.norms[name](x), weight, bias).reshape(x.shape[0], len(heads), self.num_classes)
 
 
-def cosine_lr(base: float, epoch: int, epochs: int) -> float:
-    """The lr of ``epoch`` (0-based) under ``CosineAnnealingLR(T_max=epochs, eta_min=0)``."""
-    return base * 0.5 * (1.0 + math.cos(math.pi * epoch / epochs))
+@torch.no_grad()
+def init_weight(weight: torch.Tensor, init: str, std: float, generator: torch.Generator) -> None:
+    """``normal``: N(0, std^2) (DINO's ``normal_(0, 0.01)``); ``trunc_normal``: the same truncated at +-2,
+    timm's ``trunc_normal_`` bounds that MAE's probe keeps (absolute, so 200 std at 0.01)."""
+    if init == "normal":
+        weight.copy_(torch.randn(weight.shape, generator=generator) * std)
+    elif init == "trunc_normal":
+        nn.init.trunc_normal_(weight, std=std, a=-2.0, b=2.0, generator=generator)
+    else:
+        raise ValueError(f"unknown head init {init!r}; expected normal or trunc_normal")
 
 
-def train_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], labels: torch.Tensor, *, epochs: int,
-                batch_size: int, seed: int = 0, progress: bool = True, desc: str = "linear") -> dict[Key, list[float]]:
-    """Train every head on its group's ``inputs[group]`` (N, D) against ``labels`` (N,); returns each head's
-    mean training loss per epoch. Batches are a seeded shuffle of the N samples, the same for every head."""
+def train_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], labels: torch.Tensor, recipe: Recipe,
+                batch_size: int, *, seed: int = 0, progress: bool = True,
+                desc: str = "linear") -> dict[Key, list[float]]:
+    """Train every head on its group's ``inputs[group]`` (N, D) against ``labels`` (N,) with the optimizer
+    and lr schedule of ``recipe``, ``batch_size`` samples per step; returns each head's mean training loss
+    per epoch. Batches are a seeded shuffle of the N samples, the same for every head; with
+    ``recipe.drop_last`` a last partial batch is left out (MAE's loader)."""
     groups = heads.param_groups()
     base = [g["lr"] for g in groups]
-    opt = torch.optim.SGD(groups, momentum=0.9, weight_decay=0.0)
+    opt = build_optimizer(recipe, groups)
     losses: dict[Key, list[float]] = {k: [] for k in heads.keys}
     n = int(labels.shape[0])
+    steps = recipe.steps_per_epoch(n, batch_size)
     heads.train()
-    with tqdm(total=epochs, desc=desc, unit="epoch", disable=not progress, leave=False) as bar:
-        for epoch in range(epochs):
-            for group, lr in zip(opt.param_groups, base):
-                group["lr"] = cosine_lr(lr, epoch, epochs)
+    with tqdm(total=recipe.epochs, desc=desc, unit="epoch", disable=not progress, leave=False) as bar:
+        for epoch in range(recipe.epochs):
             order = torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n)).to(labels.device)
             sums = torch.zeros(len(heads.keys), device=labels.device)
-            for start in range(0, n, batch_size):
-                idx = order[start:start + batch_size]
+            for step in range(steps):
+                t = step_time(epoch, step, steps, recipe.per_step)
+                for group, lr in zip(opt.param_groups, base):
+                    group["lr"] = lr_at(lr, t, recipe.epochs, recipe.warmup_epochs)
+                idx = order[step * batch_size:(step + 1) * batch_size]
                 y = labels[idx]
                 opt.zero_grad(set_to_none=True)
                 per_head = []
@@ -107,7 +135,7 @@ def train_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], labe
                 loss.sum().backward()  # no shared parameter: each head gets its own loss's gradient
                 opt.step()
                 sums += loss.detach() * idx.numel()
-            for key, v in zip(heads.keys, (sums / n).tolist()):
+            for key, v in zip(heads.keys, (sums / (steps * batch_size if recipe.drop_last else n)).tolist()):
                 losses[key].append(v)
             bar.update(1)
     heads.eval()

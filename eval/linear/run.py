@@ -1,13 +1,21 @@
 """Linear classification of frozen global features: ``python -m eval.linear dataset=default ckpt="runs/a random"``.
 
-DINO's linear evaluation (Caron et al. 2021, Section 4.1; facebookresearch/dino ``eval_linear.py``):
-a linear classifier (``eval/linear/heads.py``: no BatchNorm, N(0, 0.01^2) weights, SGD momentum 0.9,
-no weight decay, cosine lr over the epochs, lr x batch / 256) on two inputs, trained side by side:
+A linear classifier on the cached global features, as one of three published protocols, chosen with
+``linear-preset=`` (``make linear PRESET=``; ``configs/linear-preset/``, ``eval/linear/recipe.py``):
 
-- ``cls``: the CLS tokens of the last ``n_last_blocks`` blocks after the final norm, concatenated
-  (``--n_last_blocks 4``, DINO's choice for ViT-S);
-- ``cls+avgpool``: the same followed by the average of the last block's normed patch tokens
-  (``--avgpool_patchtokens``, DINO's choice for ViT-B).
+- ``dino`` (the default, the behaviour of before presets): DINO's linear evaluation (Caron et al.
+  2021, Section 4.1; facebookresearch/dino ``eval_linear.py``): no BatchNorm, N(0, 0.01^2) weights,
+  SGD momentum 0.9, no weight decay, cosine lr over the epochs, lr x batch / 256, on two inputs
+  trained side by side: ``cls``, the CLS tokens of the last ``n_last_blocks`` blocks after the final
+  norm, concatenated (``--n_last_blocks 4``, DINO's choice for ViT-S), and ``cls+avgpool``, the same
+  followed by the average of the last block's normed patch tokens (``--avgpool_patchtokens``, ViT-B);
+- ``zhang``: seed 002's ImageNet-100 probe (App. 8.1): one linear layer on the class token of the
+  last block (``last_cls``), batch 1024, 200 epochs, lr 1e-2 with a cosine to 0;
+- ``mae``: MAE's linear probing (He et al. 2022, App. A.2): BatchNorm without affine before the head,
+  LARS, base lr 0.1 x batch / 256, 90 epochs of which 10 of warm-up, on ``last_cls``.
+
+``last_cls`` is sliced from the same cache as DINO's inputs (the last of its CLS tokens), so every
+preset and ``make knn`` share one backbone pass.
 
 Every learning rate of ``lrs`` trains its own head over the same batches. The reported number of a
 group is the head with the best top-1 on the **val split** after the last epoch, as in DINO, whose
@@ -18,12 +26,14 @@ of the sweep scores strictly better than every other, the run warns and the JSON
 No augmentation: DINO trains its linear layer on random resized crops and flips of each image,
 which needs a backbone pass per image and epoch; here the features are cached
 (``eval/shared/global_features.py``, one centre crop per image, shared with ``make knn``), so every epoch
-sees the same feature of an image. That is the usual price of a fast linear evaluation; numbers
-are comparable between backbones of this suite, not to DINO's published ones.
+sees the same feature of an image (so does ``zhang``, whose ImageNet-100 probe has no augmentation;
+MAE trains on random resized crops and flips). That is the usual price of a fast linear evaluation;
+numbers are comparable between backbones of this suite, not to DINO's or MAE's published ones.
 
-Per backbone, ``<run>/eval/linear-<dataset>.json`` and TensorBoard scalars in
-``<run>/eval/tb/linear-<dataset>/`` (``write_events``); the table (rows backbones, top-1 / top-5 / best
-lr per input) is printed, and with several backbones written to ``<runs_root>/compare/linear-<dataset>.md``.
+Per backbone, ``<run>/eval/<stem>.json`` and TensorBoard scalars in ``<run>/eval/tb/<stem>/``
+(``write_events``), with ``<stem>`` ``linear-<dataset>`` for ``dino`` and ``linear-<preset>-<dataset>``
+for the others (``result_stem``); the table (rows backbones, top-1 / top-5 / best lr per input) is
+printed, and with several backbones written to ``<runs_root>/compare/<stem>.md``.
 """
 from __future__ import annotations
 
@@ -34,41 +44,45 @@ from typing import Any, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from skipless.config import load_config
-from skipless.config_rules import integer, non_empty_list, number
+from skipless.config import ConfigError, load_config
 from skipless.errors import exit_on_user_error
 
 from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
                                   load_splits, resolve_settings, write_json)
+from ..shared.global_features import GlobalFeatures
 from ..shared.lr_sweep import sweep_edge
 from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import markdown_table
 from ..shared.tb_events import event_writer
 from .heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
+from .recipe import RULES, Recipe
 
-GROUPS = ("cls", "cls+avgpool")
-RULES = {
-    "lrs": non_empty_list(number(0, low_open=True), "finite numbers > 0"),
-    "epochs": integer(1),
-    "batch_size": integer(1),
-}
+INPUT_FEATURES = {"cls": GlobalFeatures.cls_concat, "cls+avgpool": GlobalFeatures.cls_avgpool,
+                  "last_cls": GlobalFeatures.last_cls}
 
 
-def scaled_lrs(cfg: DictConfig) -> list[float]:
-    """DINO's linear scaling rule: ``lr * batch_size / 256``."""
-    return [float(lr) * int(cfg.batch_size) / 256.0 for lr in cfg.lrs]
+def result_stem(dataset: str, preset: str) -> str:
+    """``linear-<dataset>`` for DINO's preset (the name of before presets), ``linear-<preset>-<dataset>`` else,
+    so the presets of one backbone keep their results side by side."""
+    return f"linear-{dataset}" if preset == "dino" else f"linear-{preset}-{dataset}"
 
 
 def train_and_score(train_inputs: dict[str, torch.Tensor], train_y: torch.Tensor, val_inputs: dict[str, torch.Tensor],
-                    val_y: torch.Tensor, num_classes: int, lrs: Sequence[float], *, epochs: int, batch_size: int,
-                    seed: int = 0, progress: bool = False, desc: str = "linear") -> dict[str, Any]:
-    """Train a head per (group, lr) and score each on val; per group, the sweep and the best head."""
-    heads = ClassifierHeads({g: x.shape[1] for g, x in train_inputs.items()}, num_classes, lrs, seed)
+                    val_y: torch.Tensor, num_classes: int, recipe: Recipe, *, seed: int = 0, progress: bool = False,
+                    desc: str = "linear") -> dict[str, Any]:
+    """Train a head per (group, lr) and score each on val; per group, the sweep and the best head; and the
+    batch used with its lr scale (``Recipe.batch_for``)."""
+    n = int(train_y.shape[0])
+    batch = recipe.batch_for(n)
+    if recipe.norm == "batchnorm" and (batch == 1 or (not recipe.drop_last and n % batch == 1)):
+        raise ConfigError(f"head.norm=batchnorm needs at least 2 samples per batch, and the last batch of {n} "
+                          f"training images at batch_size {batch} holds 1; set drop_last=true or another batch_size")
+    lrs = recipe.scaled_lrs(batch)
+    heads = ClassifierHeads({g: x.shape[1] for g, x in train_inputs.items()}, num_classes, lrs, recipe, seed)
     heads.to(train_y.device)
     t0 = time.perf_counter()
-    losses = train_heads(heads, train_inputs, train_y, epochs=epochs, batch_size=batch_size, seed=seed,
-                         progress=progress, desc=desc)
+    losses = train_heads(heads, train_inputs, train_y, recipe, batch, seed=seed, progress=progress, desc=desc)
     train_s = time.perf_counter() - t0
     scores = evaluate_heads(heads, val_inputs, val_y)
     out: dict[str, Any] = {}
@@ -80,39 +94,51 @@ def train_and_score(train_inputs: dict[str, torch.Tensor], train_y: torch.Tensor
                   "sweep": sweep}
     out["train_s"] = train_s
     out["losses"] = losses
+    out["batch_size"] = batch
+    out["lr_scale"] = recipe.lr_scale(batch)
     return out
 
 
-def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, train: Any,
+def recipe_summary(recipe: Recipe) -> dict[str, Any]:
+    """The JSON's account of how the heads were built and trained (the preset and what it resolved to)."""
+    return {"preset": recipe.preset, "inputs": list(recipe.inputs), "lrs": list(recipe.lrs), "lr_batch": recipe.lr_batch,
+            "epochs": recipe.epochs, "warmup_epochs": recipe.warmup_epochs,
+            "lr_update": "step" if recipe.per_step else "epoch", "batch_size_configured": recipe.batch_size,
+            "drop_last": recipe.drop_last,
+            "head": {"norm": recipe.norm, "norm_eps": recipe.norm_eps, "init": recipe.init, "init_std": recipe.init_std},
+            "optimizer": {"name": recipe.optimizer, "momentum": recipe.momentum, "weight_decay": recipe.weight_decay,
+                          "trust_coefficient": recipe.trust_coefficient, "betas": list(recipe.betas)}}
+
+
+def evaluate_backbone(settings: GlobalSettings, recipe: Recipe, spec: BackboneSpec, train: Any,
                       val: Any) -> tuple[dict, dict[tuple[str, int], list[float]]]:
     """Features (cached), heads and scores of one backbone: its JSON, and each head's loss per epoch."""
     cfg, device = settings.cfg, settings.device
     feats = backbone_features(settings, spec, train, val)
 
     def inputs(f):
-        return {"cls": f.cls_concat().to(device), "cls+avgpool": f.cls_avgpool().to(device)}
+        return {name: INPUT_FEATURES[name](f).to(device) for name in recipe.inputs}
 
-    lrs = scaled_lrs(cfg)
     result = train_and_score(inputs(feats.train), feats.train.valid_labels().to(device), inputs(feats.val),
-                             feats.val.valid_labels().to(device), train.num_classes, lrs, epochs=int(cfg.epochs),
-                             batch_size=int(cfg.batch_size), seed=int(cfg.seed), progress=bool(cfg.progress),
-                             desc=f"{spec.name}: linear")
+                             feats.val.valid_labels().to(device), train.num_classes, recipe, seed=int(cfg.seed),
+                             progress=bool(cfg.progress), desc=f"{spec.name}: linear {recipe.preset}")
     train_s, losses = result.pop("train_s"), result.pop("losses")
+    batch, scale = result.pop("batch_size"), result.pop("lr_scale")
     return {"evaluation": "linear", "dataset": settings.dataset, "backbone": spec.name,
             "checkpoint": str(spec.path) if spec.path else spec.kind, "groups": result,
             "selection": "best val top-1 over lrs, last epoch (no test split: optimistic, as DINO's best val accuracy)",
-            "lrs": [float(lr) for lr in cfg.lrs], "lr_scale": int(cfg.batch_size) / 256.0, "epochs": int(cfg.epochs),
-            "batch_size": int(cfg.batch_size), "num_classes": train.num_classes, "resize": settings.resize,
+            **recipe_summary(recipe), "lr_scale": scale, "batch_size": batch,
+            "num_classes": train.num_classes, "resize": settings.resize,
             "crop": settings.crop, **features_summary(feats),
             "timings": {"features_s": feats.extract_s, "train_s": train_s, "total_s": feats.total_s + train_s,
                         "cache_reused": feats.reused},
             "config": OmegaConf.to_container(cfg, resolve=True)}, losses
 
 
-def write_events(spec: BackboneSpec, result: dict, losses: dict[tuple[str, int], list[float]]) -> None:
-    """TensorBoard, in the backbone's ``tb/linear-<dataset>``, per input: each lr's training loss per epoch,
+def write_events(spec: BackboneSpec, stem: str, result: dict, losses: dict[tuple[str, int], list[float]]) -> None:
+    """TensorBoard, in the backbone's ``tb/<stem>``, per input: each lr's training loss per epoch,
     its val top-1 after the last epoch, and the best val top-1 (lrs unscaled, as configured)."""
-    stem, epochs, scale = f"linear-{result['dataset']}", result["epochs"], result["lr_scale"]
+    epochs, scale = result["epochs"], result["lr_scale"]
     with event_writer(spec.out_dir, stem) as writer:
         for g, x in result["groups"].items():
             for j, s in enumerate(x["sweep"]):
@@ -123,39 +149,58 @@ def write_events(spec: BackboneSpec, result: dict, losses: dict[tuple[str, int],
             writer.add_scalar(f"{stem}/{g}/val_top1/best", x["top1"], epochs)
 
 
-def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict]) -> str:
+def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict], groups: Sequence[str]) -> str:
     """Rows backbones; per input, top-1, top-5 and the best (unscaled) lr."""
     headers = ["backbone", "residual", "init"]
-    for g in GROUPS:
+    for g in groups:
         headers += [f"{g} top-1", f"{g} top-5", f"{g} lr"]
     rows = []
     for spec in specs:
         r = results[spec.name]
         row = [spec.name, spec.args.get("residual"), spec.args.get("init")]
-        for g in GROUPS:
+        for g in groups:
             x = r["groups"][g]
             row += [x["top1"], x["top5"], f"{x['best_lr'] / r['lr_scale']:g}"]
         rows.append(row)
     return markdown_table(headers, rows)
 
 
+INPUT_WORDS = {"cls": "normed CLS of the last {n} blocks", "cls+avgpool": "the same + avgpooled patches",
+               "last_cls": "normed CLS of the last block"}
+
+
+def caption(settings: GlobalSettings, recipe: Recipe, n_val: int) -> str:
+    cfg = settings.cfg
+    inputs = "; ".join(f"{g}: " + INPUT_WORDS[g].format(n=cfg.features.n_last_blocks) for g in recipe.inputs)
+    return (f"Linear evaluation on {settings.dataset}, preset {recipe.preset} ({recipe.optimizer}"
+            f"{', BatchNorm' if recipe.norm == 'batchnorm' else ''}): val top-1 / top-5 (%) of the best of lrs "
+            f"{list(recipe.lrs)} (x batch/{recipe.lr_batch}), {recipe.epochs} epochs, {inputs}; "
+            f"{settings.resize} -> {settings.crop} px, {n_val} val images.")
+
+
 def run_linear(cfg: DictConfig) -> dict[str, dict]:
     """Linear evaluation of every backbone of ``cfg.ckpt``; returns ``{backbone name: result}``."""
     settings = resolve_settings(cfg, RULES)
+    recipe = Recipe.from_config(cfg)
     if cfg.cpu_threads is not None:
         torch.set_num_threads(int(cfg.cpu_threads))
     specs = backbones_to_evaluate(cfg)
     train, val = load_splits(settings)
-    print(f"linear {describe_splits(settings, train, val)}, lrs {list(cfg.lrs)} x {int(cfg.batch_size)}/256, "
-          f"{cfg.epochs} epochs, backbones: {', '.join(s.name for s in specs)}", flush=True)
+    stem = result_stem(settings.dataset, recipe.preset)
+    print(f"linear (preset {recipe.preset}) {describe_splits(settings, train, val)}, inputs {list(recipe.inputs)}, "
+          f"lrs {list(recipe.lrs)} x batch/{recipe.lr_batch}, batch {recipe.batch_size}, {recipe.epochs} epochs "
+          f"({recipe.optimizer}), backbones: {', '.join(s.name for s in specs)}", flush=True)
     results = {}
     for spec in specs:
-        r, losses = evaluate_backbone(settings, spec, train, val)
+        r, losses = evaluate_backbone(settings, recipe, spec, train, val)
         results[spec.name] = r
-        path = write_json(spec.out_dir / f"linear-{settings.dataset}.json", r)
-        write_events(spec, r, losses)
+        if r["batch_size"] < recipe.batch_size:
+            print(f"  note: batch_size {recipe.batch_size} is more than the {r['train_images']} training images: one "
+                  f"batch of {r['batch_size']} per epoch, lrs x {r['batch_size']}/{recipe.lr_batch}", flush=True)
+        path = write_json(spec.out_dir / f"{stem}.json", r)
+        write_events(spec, stem, r, losses)
         t = r["timings"]
-        for g in GROUPS:
+        for g in recipe.inputs:
             x = r["groups"][g]
             top5 = "" if x["top5"] is None else f", top-5 {x['top5']:.1f}"
             print(f"  {spec.name} {g}: top-1 {x['top1']:.1f}{top5} at lr {x['best_lr'] / r['lr_scale']:g}", flush=True)
@@ -164,11 +209,7 @@ def run_linear(cfg: DictConfig) -> dict[str, dict]:
                       f"{list(cfg.lrs)}; the optimum may lie beyond it (widen lrs)", flush=True)
         print(f"  {spec.name}: [features {t['features_s']:.0f} s{' (cached)' if t['cache_reused'] else ''}, "
               f"heads {t['train_s']:.0f} s] -> {path}", flush=True)
-    caption = (f"Linear evaluation on {settings.dataset}: val top-1 / top-5 (%) of the best of lrs {list(cfg.lrs)} "
-               f"(x {int(cfg.batch_size)}/256), {cfg.epochs} epochs, normed CLS of the last "
-               f"{cfg.features.n_last_blocks} blocks (+ avgpooled patches), {settings.resize} -> {settings.crop} px, "
-               f"{len(val)} val images.")
-    finish_table(comparison_table(specs, results), caption, f"linear-{settings.dataset}", specs, cfg)
+    finish_table(comparison_table(specs, results, recipe.inputs), caption(settings, recipe, len(val)), stem, specs, cfg)
     return results
 
 
@@ -176,4 +217,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     exit_on_user_error(lambda: run_linear(load_config("linear", argv)))
     return 0
-

@@ -1,5 +1,5 @@
-"""What ``make knn`` and ``make linear`` share: their common settings, the labelled splits, and the
-cached global features of each backbone (``eval/shared/global_features.py``).
+"""What ``make knn``, ``make linear`` and ``make tsne`` share: their common settings, the labelled splits,
+and the cached global features of each backbone (``eval/shared/global_features.py``).
 
 Settings are checked once, before any backbone is resolved, data read or file written
 (``resolve_settings``); a bad value stops the run with one sentence naming the key. The dataset is
@@ -31,7 +31,7 @@ from skipless.models import FeatureRequestError
 
 from .backbones import BackboneSpec, backbone_key, load_spec
 from .devices import resolve_device
-from .global_features import GlobalFeatures, build_global_features, last_blocks
+from .global_features import GlobalFeatures, build_global_features, cache_key, last_blocks, open_features
 from .report import compare_dir, write_text
 from .settings_rules import COMMON, check_rules
 
@@ -174,6 +174,36 @@ class BackboneFeatures:
 
 def backbone_features(settings: GlobalSettings, spec: BackboneSpec, train: Any, val: Any) -> BackboneFeatures:
     """Load ``spec``, check it can give the asked features, and extract (or reuse) them on both splits."""
+    out, info, extract_s, total_s = split_features(settings, spec, {"train": train, "val": val})
+    return BackboneFeatures(out["train"], out["val"], info, extract_s, total_s)
+
+
+def _cache_place(settings: GlobalSettings, spec: BackboneSpec, dataset: Any, split: str) -> tuple[Path | None, dict]:
+    """The cache folder of a split's features (None in memory) and what identifies them."""
+    cfg, feats = settings.cfg, settings.cfg.features
+    key = {"backbone": backbone_key(spec, int(cfg.seed)), **split_key(settings, dataset, split),
+           "amp": bool(feats.amp and settings.device.type == "cuda")}
+    folder = None
+    if feats.cache == "disk":
+        folder = spec.out_dir / "cache" / f"global-{settings.dataset}-{split}-{_digest(key, 10)}"
+    return folder, key
+
+
+def cached_features(settings: GlobalSettings, spec: BackboneSpec, dataset: Any, split: str) -> GlobalFeatures | None:
+    """The complete disk cache of ``dataset``'s features when an earlier run left one (``make knn``,
+    ``make linear``), without loading the backbone; else None."""
+    folder, key = _cache_place(settings, spec, dataset, split)
+    if folder is None:
+        return None
+    return open_features(folder, cache_key(key, n_last=int(settings.cfg.features.n_last_blocks),
+                                           resize=settings.resize, crop=settings.crop, n=len(dataset)))
+
+
+def split_features(settings: GlobalSettings, spec: BackboneSpec,
+                   splits: Mapping[str, Any]) -> tuple[dict[str, GlobalFeatures], dict[str, Any], float, float]:
+    """Load ``spec``, check it can give the asked features, and extract (or reuse) them on each of
+    ``splits`` (name -> dataset); returns the features per split, what describes the backbone, the
+    seconds of backbone passes and the seconds in all."""
     cfg, feats = settings.cfg, settings.cfg.features
     t0 = time.perf_counter()
     model = load_spec(spec, settings.device, seed=int(cfg.seed), compile=bool(feats.compile))
@@ -188,12 +218,8 @@ def backbone_features(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
                           f"got {feats.n_last_blocks}") from None
     workers = min(8, os.cpu_count() or 1) if feats.num_workers is None else int(feats.num_workers)
     out = {}
-    for split, dataset in (("train", train), ("val", val)):
-        key = {"backbone": backbone_key(spec, int(cfg.seed)), **split_key(settings, dataset, split),
-               "amp": bool(feats.amp and settings.device.type == "cuda")}
-        folder = None
-        if feats.cache == "disk":
-            folder = spec.out_dir / "cache" / f"global-{settings.dataset}-{split}-{_digest(key, 10)}"
+    for split, dataset in splits.items():
+        folder, key = _cache_place(settings, spec, dataset, split)
         out[split] = build_global_features(
             model, dataset, n_last=int(feats.n_last_blocks), resize=settings.resize, crop=settings.crop,
             device=settings.device, batch_size=int(feats.batch_size), num_workers=workers, folder=folder, key=key,
@@ -201,8 +227,7 @@ def backbone_features(settings: GlobalSettings, spec: BackboneSpec, train: Any, 
     info = {"arch": spec.args.get("arch"), "residual": spec.args.get("residual"), "init": spec.args.get("init"),
             "depth": depth, "width": int(model.embed_dim), "patch": int(patch), "cls_blocks": blocks}
     del model
-    return BackboneFeatures(out["train"], out["val"], info, out["train"].extract_s + out["val"].extract_s,
-                            time.perf_counter() - t0)
+    return out, info, sum(f.extract_s for f in out.values()), time.perf_counter() - t0
 
 
 def describe_splits(settings: GlobalSettings, train: Any, val: Any) -> str:

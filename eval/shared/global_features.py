@@ -8,7 +8,8 @@ Per image, DINO's two global features (Caron et al. 2021; facebookresearch/dino 
   final LayerNorm. DINO's ``get_intermediate_layers(x, n)`` applies ``self.norm`` to the output of
   every block it returns, and ``eval_linear.py`` concatenates their ``[:, 0]`` (``--n_last_blocks 4``
   for ViT-S). The last of them is what DINO's ``model(x)`` returns, the CLS token after the final
-  norm: the k-NN feature of ``eval_knn.py``.
+  norm: the k-NN feature of ``eval_knn.py``, and the class token that seed 002's and MAE's linear
+  probes read (``last_cls``, ``make linear PRESET=zhang|mae``) and ``make tsne`` embeds.
 - ``avgpool``: the mean of the last block's patch tokens after the final norm
   (``eval_linear.py --avgpool_patchtokens``, which averages ``get_intermediate_layers(x, n)[-1][:, 1:]``).
 - ``pooled``: the backbone's own global feature, ``model(x)`` (its ``global_pool``): the k-NN feature.
@@ -152,12 +153,22 @@ class GlobalFeatures:
         cls = self.cls[self.valid]
         return torch.from_numpy(np.ascontiguousarray(cls.reshape(cls.shape[0], -1)))
 
+    def last_cls(self) -> torch.Tensor:
+        """The normed CLS token of the last block alone, (n_valid, D): the class token after the final
+        norm that seed 002's and MAE's linear probes read (sliced from the cache, whatever ``n_last_blocks``)."""
+        return torch.from_numpy(np.ascontiguousarray(self.cls[self.valid][:, -1]))
+
     def cls_avgpool(self) -> torch.Tensor:
         """``cls_concat`` followed by the avgpooled patch tokens, (n_valid, (n_last + 1) * D)."""
         return torch.cat([self.cls_concat(), torch.from_numpy(np.ascontiguousarray(self.avgpool[self.valid]))], 1)
 
     def valid_labels(self) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(self.labels[self.valid]))
+
+
+def cache_key(key: dict | None, *, n_last: int, resize: int, crop: int, n: int) -> dict:
+    """The full key of a cache: what identifies the backbone and images (``key``), the sizes, the blocks."""
+    return dict(key or {}, n_last=int(n_last), resize=int(resize), crop=int(crop), n=int(n))
 
 
 def open_features(folder: Path, key: dict) -> GlobalFeatures | None:
@@ -194,7 +205,7 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
     Raises:
         MalformedDatasetError: no image of the split could be read.
     """
-    key = dict(key or {}, n_last=int(n_last), resize=int(resize), crop=int(crop), n=len(dataset))
+    key = cache_key(key, n_last=n_last, resize=resize, crop=crop, n=len(dataset))
     folder = Path(folder) if folder is not None else None
     if folder is not None:
         found = open_features(folder, key)
