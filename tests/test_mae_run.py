@@ -145,6 +145,10 @@ def test_unet_skips_follow_the_keys():
     assert mae_module.skip_pairs_of(cfg, 12) == [(0, 3), (11, 0)]
     header = pretrain_header(cfg, method_lines=method_of(cfg).header(cfg))
     assert "ssl=mae" in header and "U-Net skips (encoder->decoder block) 0->3, 11->0" in header
+    assert "unstable" not in header
+    cfg = load_config("pretrain", ["ssl=mae", "model=decayed", "model.alpha_min=0.4"])
+    assert "alpha_min 0.4 <= 0.4: the seed found these unstable for ViT-B (Sec 4.3)" in "\n".join(
+        method_of(cfg).header(cfg))
 
 
 @pytest.mark.parametrize("bad,said", [
@@ -159,3 +163,25 @@ def test_bad_mae_keys_are_one_sentence_before_anything_is_written(tmp_path, caps
     err = capsys.readouterr().err
     assert code == 1 and len(err.strip().splitlines()) == 1 and said in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
+
+
+def test_the_exported_encoder_is_what_every_evaluator_loads_with_the_features_each_reads(tmp_path, data_root):
+    """Every evaluator resolves CKPT through eval/shared/backbones.py and reads the feature API: the MAE
+    run's folder resolves to its encoder (decayed gains, frozen sin-cos table), which gives the block
+    outputs (probe, PCA, k-NN, linear, t-SNE), attention keys (TokenCut) and attention maps, and its random
+    floor is an encoder of the same architecture."""
+    from eval.shared.backbones import load_spec, resolve_backbones
+    from skipless.models.features import extract_features
+
+    cfg = tiny_cfg(tmp_path, data_root, "model.pos_embed=sincos", "mae.reconstructions_every_n_epochs=0",
+                   "train.knn_every_n_epochs=0", "diagnostics.rank_images=0")
+    _, module = pretrain(cfg)
+    specs = resolve_backbones(f"{run_dir_of(cfg)} random", runs_root=tmp_path / "runs")
+    trained, floor = (load_spec(s) for s in specs)
+    assert trained.skipless_args["pos_embed"] == "sincos" and not trained.pos_embed.requires_grad
+    torch.testing.assert_close(trained.state_dict()["pos_embed"], module.net.encoder.state_dict()["pos_embed"])
+    assert floor.skipless_args["residual"] == "decayed" and floor.skipless_args["arch"] == "vit_tiny"
+    x = torch.randn(2, 3, 48, 48)  # another size than the training crops: positions resampled
+    feats = extract_features(trained, x, "all", ("out", "k", "attn"), norm=True)
+    assert feats[("out", 3)].shape == (2, 1 + 9, 192) and feats[("attn", 0)].shape == (2, 3, 10, 10)
+    assert all(torch.isfinite(t).all() for t in feats.values())
