@@ -13,7 +13,8 @@ A method provides:
   builds the ``model:`` backbone; the module uses manual optimisation with the shared optimizer factory,
   parameter groups, schedules, the divergence guard and ``full_precision`` for its step, and has
   ``exported_backbone()``: what ``backbone.pt`` holds and every evaluator reads (DINO: the teacher's
-  backbone; MAE: the encoder);
+  backbone; MAE: the encoder), and ``trained_backbone()``: the one the optimiser trains, which the
+  conditioning diagnostics and per-block signals measure (DINO: the student's; MAE: the encoder);
 - its **data**: ``transform(cfg)``, one training image (PIL) -> the views of one sample; ``collate``, a
   list of samples -> a batch; ``view_size(cfg)``, the pixel size of its views, at which the k-NN monitor
   and the diagnostics read fixed centre crops of the same images;

@@ -1,6 +1,6 @@
 """Callbacks that watch the paper's mechanism while a run trains (config section ``diagnostics``).
 
-``ConditioningMonitor`` measures the student backbone with ``analysis.diagnostics.diagnose`` at the
+``ConditioningMonitor`` measures the trained backbone (DINO: the student's; MAE: the encoder) with ``analysis.diagnostics.diagnose`` at the
 start and every ``every_n_epochs`` epochs (and at the last): kappa(J J^T) and the per-block
 kappa(K_l K_l^T), so that the paper's Tables 5 and 6 (Ji et al., Appendix A.7, tracked "during DINO
 ViT-S training") come out of a run as curves, with the embedding ln kappa (seeds/003, Fig. 1b) and
@@ -41,12 +41,14 @@ def _log(trainer: pl.Trainer, metrics: dict[str, float]) -> None:
         logger.log_metrics(metrics, step=trainer.global_step)
 
 
-def _student(pl_module: pl.LightningModule) -> torch.nn.Module:
-    return pl_module.student.backbone
+def _trained(pl_module: pl.LightningModule) -> torch.nn.Module:
+    """The backbone the optimiser trains: ``trained_backbone()`` of the method's module (DINO: the student's,
+    MAE: the encoder)."""
+    return pl_module.trained_backbone()
 
 
 class ConditioningMonitor(pl.Callback):
-    """``diagnose`` of the student at the start and every ``every`` epochs (module docstring).
+    """``diagnose`` of the trained backbone at the start and every ``every`` epochs (module docstring).
 
     ``images``: builds the fixed (B, 3, S, S) batch once, when first needed.
     """
@@ -62,7 +64,7 @@ class ConditioningMonitor(pl.Callback):
         if self._images is None:
             self._images = self.images_fn()
         with torch.random.fork_rng(devices=[pl_module.device] if pl_module.device.type == "cuda" else []):
-            d = diagnose(_student(pl_module), self._images.to(pl_module.device), self.settings,
+            d = diagnose(_trained(pl_module), self._images.to(pl_module.device), self.settings,
                          report=lambda line: tqdm.write(f"conditioning, epoch {epoch}: {line}"))
         _log(trainer, {f"watch/conditioning/{k}": v for k, v in tensorboard_values(d).items()})
         row = {"epoch": epoch, "step": trainer.global_step, **result_to_json(d)}
@@ -99,14 +101,14 @@ class BlockSignals(pl.Callback):
 
     def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._due(trainer):
-            student = _student(pl_module)
+            student = _trained(pl_module)
             self._grads = gradient_norms(student)
             self._snapshot = parameter_snapshot(student)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
         if self._snapshot is None:
             return
-        student = _student(pl_module)
+        student = _trained(pl_module)
         metrics = {f"watch/signals/grad_norm/block{b}": v for b, v in self._grads.items()}
         metrics.update({f"watch/signals/update_ratio/block{b}": v for b, v in update_ratios(student, self._snapshot).items()})
         self._snapshot, self._grads = None, {}

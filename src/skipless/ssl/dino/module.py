@@ -103,6 +103,10 @@ class DINO(pl.LightningModule):
         """The teacher's backbone, the model evaluators use (DINO evaluates the teacher)."""
         return self.teacher.backbone
 
+    def trained_backbone(self) -> nn.Module:
+        """The backbone the optimiser trains, which the diagnostics measure: the student's."""
+        return self.student.backbone
+
     def exported_backbone(self) -> nn.Module:
         """What ``backbone.pt`` holds and the k-NN monitor scores: the teacher's backbone."""
         return self.teacher_backbone()

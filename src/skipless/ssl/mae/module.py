@@ -73,6 +73,10 @@ class MAE(pl.LightningModule):
         self.schedules: dict[str, np.ndarray] = {}  # per-step values, built in configure_optimizers
 
     # ---- the pieces other code uses -------------------------------------------------------------
+    def trained_backbone(self) -> nn.Module:
+        """The backbone the optimiser trains, which the diagnostics measure: the encoder."""
+        return self.net.encoder
+
     def exported_backbone(self) -> nn.Module:
         """What ``backbone.pt`` holds and the k-NN monitor scores: the encoder."""
         return self.net.encoder
