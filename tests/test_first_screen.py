@@ -26,7 +26,7 @@ def test_the_first_screen_is_the_run_header_not_the_libraries_notices(tmp_path):
                           capture_output=True, text=True, timeout=600)
     screen = done.stdout + done.stderr
     assert done.returncode == 0, screen
-    assert "skipless pretrain: model=skipless" in screen and "precision 32-true" in screen
+    assert "skipless pretrain: ssl=dino model=skipless" in screen and "precision 32-true" in screen
     assert "GPU available" in screen  # the device line is the user's
     for notice in NOT_THE_USERS:
         assert notice not in screen, notice

@@ -133,7 +133,7 @@ def test_a_run_logs_reconstructions_the_floor_and_the_rank_and_exports_the_encod
     assert backbone.skipless_args["residual"] == "decayed"
     assert (run / "rank.jsonl").read_text().count("\n") == 1
     out = capsys.readouterr().out
-    assert "k-NN top-1 of the encoder" in out and "class-token effective rank at epoch 1" in out
+    assert "k-NN top-1 of the encoder" in out and "class-token effective rank (epoch 1): rho" in out
 
 
 def test_unet_skips_follow_the_keys():

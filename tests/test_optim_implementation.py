@@ -9,7 +9,7 @@ from skipless.optim import IMPLEMENTATIONS, build_optimizer
 from skipless.optim.param_groups import param_groups
 from skipless.pretrain import pretrain
 from skipless.train import train
-from skipless.training.schema import check_pretrain_config
+from skipless.pretrain import check_keys
 from tiny_runs import DINO_TINY, SUP_TINY, Losses
 
 LONGER = ["model.depth=2", "train.epochs=2"]  # two blocks, four steps
@@ -62,7 +62,7 @@ def test_runs_give_the_same_losses_with_every_implementation(tmp_path, entry, ru
 def test_an_implementation_the_optimizer_lacks_is_refused_in_one_sentence():
     with pytest.raises(ConfigError, match=r"^optim.implementation=fused does not exist for soap; expected one of "
                                           r"loop, foreach \(optim=soap sets loop\)$"):
-        check_pretrain_config(load_config("pretrain", ["optim=soap", "optim.implementation=fused"]))
+        check_keys(load_config("pretrain", ["optim=soap", "optim.implementation=fused"]))
 
 
 def test_param_groups_feed_every_implementation():

@@ -44,5 +44,5 @@ class RankMonitor(pl.Callback):
                                step=trainer.global_step)
         with open(self.run_dir / "rank.jsonl", "a") as f:
             f.write(json.dumps({"epoch": epoch, "step": trainer.global_step, **rank}) + "\n")
-        print(f"class-token effective rank at epoch {epoch}: rho {rank['rho']:.3f} (exp {rank['erank']:.1f} of "
+        print(f"class-token effective rank (epoch {epoch}): rho {rank['rho']:.3f} (exp {rank['erank']:.1f} of "
               f"{rank['images']} images; before the final norm rho {rank['rho_pre_norm']:.3f})", flush=True)
