@@ -1,4 +1,4 @@
-"""``make paper EXP=<experiment> SCALE=demo|full`` (``python -m paper exp=<name> scale=<scale>``).
+"""``make paper EXP=<experiment> SCALE=demo|quick|full`` (``python -m paper exp=<name> scale=<scale>``).
 
 Runs what an experiment file (``configs/experiments/<name>.yaml``) needs and is not done yet, in
 dependency order (each training run, then its evaluations), here or on SLURM, and writes the report.
@@ -56,7 +56,7 @@ def run(cfg: DictConfig, say=print) -> dict:
     experiment = load_experiment(cfg.exp, experiments_dir(cfg))
     folder = Path(cfg.root) / cfg.scale  # the scale folder: shared training runs, one folder per experiment
     extra = run_overrides(cfg.slurm) if cluster == "slurm" else []
-    jobs, skipped = plan(experiment, cfg.scale, folder, extra, list(cfg.exports[cfg.scale]))
+    jobs, skipped = plan(experiment, cfg.scale, folder, extra, list(cfg.exports[cfg.scale]), quick=cfg.quick)
     command = f"make paper EXP={cfg.exp} SCALE={cfg.scale}"
     report = partial(write_report, folder.resolve(), experiment, cfg.scale, jobs, skipped, command)
     say(f"{experiment.title}: {len(jobs)} jobs at scale {cfg.scale} in {folder / cfg.exp}"

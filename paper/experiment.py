@@ -11,6 +11,10 @@ Axes map a cell's value to its overrides, either for every scale (a list) or per
 say) and the report marks its cells so. ``scales`` adds overrides to every cell at a scale, ``epochs``
 names the checkpoints evaluated (each run exports ``backbone-epoch<N>.pt`` at those epochs).
 
+Scales: ``demo`` (the CPU demo recipes on the embedded data), ``full`` (the paper's recipe on the real
+datasets) and ``quick``, a smoke test of the demo's matrix: wherever a file does not name ``quick``,
+it takes the demo's overrides, cells and epochs, and ``quick.py`` shrinks every job of it to minutes.
+
 The file is checked whole before anything runs: a wrong key, an unknown entry point, an axis value
 without overrides or a report naming an axis that does not exist is one sentence, saying what was
 expected.
@@ -29,7 +33,8 @@ from skipless.config import CONFIG_DIR
 from skipless.errors import SkiplessError
 
 EXPERIMENT_DIR = CONFIG_DIR / "experiments"
-SCALES = ("demo", "full")
+SCALES = ("demo", "quick", "full")
+INHERITED = {"quick": "demo"}  # a scale a file does not name takes this one's value
 RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train"}
 EVAL_ENTRIES = {name: f"eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne")}
 REPORT_KINDS = ("table", "curve", "images", "history")
@@ -121,12 +126,23 @@ def _overrides(value: Any, where: str) -> list[str]:
     return list(value)
 
 
+def _scales_named(node: dict[str, Any], where: str) -> None:
+    bad = sorted(set(node) - set(SCALES))
+    if bad:
+        raise _fail(where, f"unknown scales {bad}; expected {', '.join(SCALES[:-1])} and/or {SCALES[-1]}")
+
+
+def by_scale(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` (``{scale: value}``) with the scales it does not name filled from ``INHERITED`` (quick
+    from demo)."""
+    return {**{s: node[parent] for s, parent in INHERITED.items() if s not in node and parent in node}, **node}
+
+
 def _per_scale(value: Any, where: str) -> dict[str, list[str] | None]:
-    """A list (every scale) or ``{scale: list}`` (the scales not named: None)."""
+    """A list (every scale) or ``{scale: list}`` (the scales not named: None, or inherited)."""
     if isinstance(value, dict):
-        bad = sorted(set(value) - set(SCALES))
-        if bad:
-            raise _fail(where, f"unknown scales {bad}; expected {' and/or '.join(SCALES)}")
+        _scales_named(value, where)
+        value = by_scale(value)
         return {s: (_overrides(value[s], f"{where}.{s}") if s in value else None) for s in SCALES}
     overrides = _overrides(value, where)
     return {s: overrides for s in SCALES}
@@ -144,7 +160,7 @@ def _matrix(node: dict[str, Any], entries: dict[str, str], where: str) -> tuple[
         if not isinstance(values, dict) or not values:
             raise _fail(f"{where}.axes.{name}", "expected a non-empty mapping of value -> overrides")
         axes.append(Axis(str(name), {str(v): _per_scale(o, f"{where}.axes.{name}.{v}") for v, o in values.items()}))
-    scales = _keys(node.get("scales") or {}, set(SCALES), f"{where}.scales")
+    scales = by_scale(_keys(node.get("scales") or {}, set(SCALES), f"{where}.scales"))
     return entry, tuple(axes), {s: _overrides(v, f"{where}.scales.{s}") for s, v in scales.items()}
 
 
@@ -161,7 +177,7 @@ def load_experiment(name: str, folder: Path = EXPERIMENT_DIR) -> Experiment:
     node = _keys(_plain(OmegaConf.load(path)), _TOP, where, {"title", "runs"})
     runs_node = _keys(node["runs"], _RUNS, f"{where}: runs", {"entry"})
     entry, axes, scales = _matrix(runs_node, RUN_ENTRIES, f"{where}: runs")
-    epochs = _keys(runs_node.get("epochs") or {}, set(SCALES), f"{where}: runs.epochs")
+    epochs = by_scale(_keys(runs_node.get("epochs") or {}, set(SCALES), f"{where}: runs.epochs"))
     for scale, listed in epochs.items():
         if not (isinstance(listed, list) and listed and all(isinstance(e, int) and e >= 1 for e in listed)):
             raise _fail(f"{where}: runs.epochs.{scale}", f"expected a list of positive epochs, got {listed!r}")

@@ -41,6 +41,7 @@ from skipless.atomic import atomic_write
 from skipless.config import leaf_values, load_config
 
 from .experiment import EVAL_ENTRIES, RUN_ENTRIES, Experiment, ExperimentError
+from .quick import QUICK, quick_epochs, quick_overrides
 
 # Keys that say where a job writes or how it reports, not what it computes: left out of its identity.
 PLACE_KEYS = ("run.name", "run.root", "run.resume", "out", "runs_root", "progress")
@@ -106,35 +107,45 @@ def _existing_run(base: Path, digest: str) -> str | None:
     return found[0] if found else None
 
 
-def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = (), exports: list[int] = ()
-         ) -> tuple[list[Job], list[dict[str, Any]]]:
+def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = (), exports: list[int] = (),
+         quick: Any = None) -> tuple[list[Job], list[dict[str, Any]]]:
     """(the jobs of ``experiment`` at ``scale`` in dependency order, the cells the scale does not run).
 
     ``base`` is the scale folder (``runs/paper/<scale>``); paths in the jobs' overrides are absolute so
     a job runs the same from any working directory (a SLURM node's included). ``run_extra``: overrides
     added to every training run (the devices of a SLURM job). ``exports``: the epochs every run exports
     at this scale (``paper.exports``) besides the experiment's own, so that experiments that evaluate
-    different checkpoints of the same training share it (the exports are part of its config)."""
+    different checkpoints of the same training share it (the exports are part of its config).
+    ``quick``: at the quick scale, the ``quick`` section of the ``paper`` config (None: the file's),
+    each entry's overrides appended to every job of it (``quick.py``)."""
     base = base.resolve()
     runs, skipped = [], []
-    epochs = experiment.epochs.get(scale, [])
+    shrink = quick_overrides(quick) if scale == QUICK else {}
+    entry = experiment.runs.entry
+    checkpoints: dict[str, list[int]] = {}  # run job name -> the epochs its evaluations read
     for labels, overrides in experiment.runs.cells(scale):
         if overrides is None:
             skipped.append({"kind": "run", **labels})
             continue
-        length = int(load_config(experiment.runs.entry, [*overrides, *run_extra]).train.epochs)
+        tail = shrink.get(entry, [])
+        length = int(load_config(entry, [*overrides, *tail, *run_extra]).train.epochs)
+        epochs = experiment.epochs.get(scale, [])
+        if scale == QUICK:  # the demo's checkpoints at the same fraction of the shortened run
+            epochs = quick_epochs(epochs, int(load_config(entry, [*overrides, *run_extra]).train.epochs), length)
         late = [e for e in epochs if e > length]
         if late:
             raise ExperimentError(f"{experiment.name}: the {scale} runs train {length} epochs, so they cannot give the "
                              f"checkpoints of epochs {late} that runs.epochs.{scale} asks for")
         exported = sorted({*epochs, *(e for e in exports if e <= length)})
         extra = [f"train.export_epochs=[{','.join(map(str, exported))}]"] if exported else []
-        args = [*overrides, *extra, *run_extra]
-        digest = config_hash(experiment.runs.entry, args)
+        args = [*overrides, *tail, *extra, *run_extra]
+        digest = config_hash(entry, args)
         run_name = _existing_run(base, digest) or f"{_slug(labels)}-{digest}"
         run_dir = f"runs/{run_name}"
         outputs = ["backbone.pt", *(f"backbone-epoch{e}.pt" for e in epochs)]
-        runs.append(Job(name=f"{experiment.runs.entry}-{_slug(labels)}", kind="run", entry=experiment.runs.entry,
+        name = f"{entry}-{_slug(labels)}"
+        checkpoints[name] = epochs
+        runs.append(Job(name=name, kind="run", entry=entry,
                         overrides=(*args, f"run.root={base / 'runs'}", f"run.name={run_name}"),
                         labels=dict(labels), config_hash=digest, marker=f"jobs/runs/{run_name}.json",
                         log=f"logs/runs/{run_name}.log", outputs=tuple(f"{run_dir}/{o}" for o in outputs),
@@ -143,7 +154,7 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
     here = experiment.name
     for ev_name, ev in experiment.evaluations.items():
         for run in runs:
-            for epoch in epochs or [None]:
+            for epoch in checkpoints[run.name] or [None]:
                 backbone = base / run.run_dir / (f"backbone-epoch{epoch}.pt" if epoch else "backbone.pt")
                 for labels, overrides in ev.cells(scale):
                     all_labels = {**run.labels, "epoch": str(epoch or "last"), **labels}
@@ -151,7 +162,7 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
                         skipped.append({"kind": ev_name, **all_labels})
                         continue
                     name = f"{ev_name}-{_slug(all_labels)}"
-                    args = [*overrides, f"ckpt={backbone}"]
+                    args = [*overrides, *shrink.get(ev.entry, []), f"ckpt={backbone}"]
                     evals.append(Job(name=name, kind="eval", entry=ev.entry,
                                      overrides=(*args, f"out={base / here / 'evals' / name}"), labels=all_labels,
                                      config_hash=config_hash(ev.entry, args), marker=f"{here}/jobs/{name}.json",

@@ -33,7 +33,7 @@ def test_make_data_reads_root_and_sizes_from_the_yaml():
 
 def test_help_lists_the_recipes_and_the_default_choices():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "RECIPE=demo|paper|paper-dino300" in out and "data=default: demo" in out
+    assert "RECIPE=demo|mae-demo|mae-paper|paper|paper-dino300" in out and "data=default: demo" in out
 
 
 def _eval_line(target: str, *args: str) -> str:
@@ -94,6 +94,9 @@ def test_make_paper_maps_exp_scale_and_dry():
     assert dry_run("paper").split() == ["python", "-m", "paper"]
     words = dry_run("paper", "EXP=table2", "SCALE=full", "DRY=1", "ARGS=cluster=local").split()
     assert words[3:] == ["exp=table2", "scale=full", "dry_run=true", "cluster=local"]
+    assert dry_run("paper", "EXP=mae-table2", "SCALE=quick").split()[3:] == ["exp=mae-table2", "scale=quick"]
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.count("SCALE=demo|quick|full") == 2 and "SCALE=demo|full" not in out  # the target and the variable
 
 
 def test_make_tensorboard_listens_on_localhost_unless_host_is_given_on_the_make_line(monkeypatch):

@@ -15,10 +15,11 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 @pytest.mark.parametrize("name", known_experiments())
-@pytest.mark.parametrize("scale", ["demo", "full"])
+@pytest.mark.parametrize("scale", ["demo", "quick", "full"])
 def test_every_experiment_plans_runs_before_the_evaluations_that_read_them(tmp_path, name, scale):
+    """Every file loads and plans at every scale (each job's config loaded: a key that does not exist fails)."""
     experiment = load_experiment(name)
-    jobs, skipped = plan(experiment, scale, tmp_path)
+    jobs, skipped = plan(experiment, scale, tmp_path, exports=list(load_config("paper").exports[scale]))
     runs = [j for j in jobs if j.kind == "run"]
     assert runs and jobs[:len(runs)] == runs  # every training run comes first
     seen = set()
@@ -107,7 +108,7 @@ GOOD = {"title": "t", "runs": {"entry": "pretrain", "axes": {"model": {"skip": [
     ({"runs": {"entry": "finetune"}}, r"runs.entry: unknown entry 'finetune'; expected one of pretrain, train"),
     ({"runs": {"entry": "pretrain", "axes": {"model": {"skip": "model=skip"}}}}, r"expected a list of key=value"),
     ({"runs": {"entry": "pretrain", "axes": {"model": {"skip": {"tiny": ["model=skip"]}}}}},
-     r"unknown scales \['tiny'\]; expected demo and/or full"),
+     r"unknown scales \['tiny'\]; expected demo, quick and/or full"),
     ({"report": [{"kind": "table", "evaluation": "tc", "rows": ["colour"]}]}, r"unknown axes \['colour'\]"),
     ({"report": [{"kind": "pie", "evaluation": "tc"}]}, r"unknown kind 'pie'"),
     ({"report": [{"kind": "table", "evaluation": "probe"}]}, r"unknown evaluation 'probe'; expected one of tc, runs"),
@@ -127,7 +128,7 @@ def test_an_unknown_experiment_lists_the_known_ones(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["exp=table2", "scale=huge"], "scale=huge is not a scale; expected one of demo, full"),
+    (["exp=table2", "scale=huge"], "scale=huge is not a scale; expected one of demo, quick, full"),
     (["exp=table2", "cluster=slurm"], "cluster=slurm needs a partition"),
     (["exp=table2", "local.parallel=0"], "local.parallel=0 is neither a positive number nor gpus"),
 ])
