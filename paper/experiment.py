@@ -37,11 +37,12 @@ SCALES = ("demo", "quick", "full")
 INHERITED = {"quick": "demo"}  # a scale a file does not name takes this one's value
 RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train"}
 EVAL_ENTRIES = {name: f"eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne")}
-REPORT_KINDS = ("table", "curve", "images", "history")
+REPORT_KINDS = ("table", "curve", "images", "history", "series")
 _TOP = {"title", "source", "runs", "evaluations", "report"}
 _RUNS = {"entry", "axes", "scales", "epochs"}
 _EVAL = {"entry", "axes", "scales", "result", "metric"}
-_REPORT = {"kind", "title", "evaluation", "metric", "rows", "columns", "lines", "epoch", "reference", "images", "tags"}
+_REPORT = {"kind", "title", "evaluation", "metric", "rows", "columns", "lines", "epoch", "reference", "images", "tags",
+           "file", "x"}
 
 
 class ExperimentError(SkiplessError, ValueError):
@@ -215,8 +216,10 @@ def _check_report(experiment: Experiment, where: str) -> None:
         if item["evaluation"] not in (*experiment.evaluations, RUNS):
             raise _fail(f"{at}.evaluation", f"unknown evaluation {item['evaluation']!r}; expected one of "
                         f"{', '.join([*experiment.evaluations, RUNS])}")
-        if item["kind"] == "history" and item["evaluation"] != RUNS:
-            raise _fail(f"{at}.evaluation", f"a history reads the training runs' curves: evaluation: {RUNS}")
+        if item["kind"] in ("history", "series") and item["evaluation"] != RUNS:
+            raise _fail(f"{at}.evaluation", f"a {item['kind']} reads the training runs' curves: evaluation: {RUNS}")
+        if item["kind"] == "series" and not item.get("file"):
+            raise _fail(f"{at}.file", "a series names the JSON-lines file of each run it reads (file: rank.jsonl)")
         if item["evaluation"] == RUNS and item["kind"] == "table" and not item.get("metric"):
             raise _fail(f"{at}.metric", "a report on the runs names its metric, a key of their summary.json")
         names = set(axis_names(experiment, item["evaluation"]))

@@ -19,6 +19,11 @@ file's ``report``:
 - ``history``: the training runs' TensorBoard scalars (``tags``, e.g. ``train/loss``, ``val/top1``)
   against the step, one panel per tag and one line per run (seeds/004's Figure 1: loss curves), and
   each run's last value of each tag.
+- ``series``: a value per epoch from a JSON-lines file of each training run (``rank.jsonl``'s effective
+  rank, seed 002's Figure 5a; ``series.py``), at the epochs the evaluations read.
+
+A table whose ``rows`` or ``columns`` name ``epoch`` is one table over the epochs chosen (Tables 5-6,
+Figure 5b: one column per checkpoint); otherwise each epoch gets its own table.
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from skipless.atomic import atomic_write
 
 from .experiment import RUNS, Experiment, axis_names
 from .jobs import Job, job_state, read_marker, result_files
+from .series import series_section
 
 NOT_AT_SCALE = "not at this scale"
 
@@ -146,6 +152,7 @@ def _combos(records: list[dict[str, Any]], axes: list[str], experiment: Experime
     order = {a.name: a.values for a in experiment.runs.axes}
     if evaluation != RUNS:
         order.update({a.name: a.values for a in experiment.evaluations[evaluation].axes})
+        order["epoch"] = _epochs(records, "all")  # in number order, not text order (20 before 100)
     present = {tuple(r["labels"].get(a) for a in axes) for r in records}
     return [c for c in itertools.product(*(order.get(a, sorted({r["labels"].get(a) for r in records})) for a in axes))
             if c in present]
@@ -162,8 +169,10 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
     ref_cols = [str(c) for c in ref.get("columns", [])]
     ref_rows = {str(k): v for k, v in (ref.get("rows") or {}).items()}
     out = []
-    for epoch in _epochs(mine, item.get("epoch")):
-        at = [r for r in mine if r["labels"].get("epoch") in (epoch, None)]
+    epochs = _epochs(mine, item.get("epoch"))
+    across = "epoch" in rows + cols  # one table, a row or column per epoch
+    for epoch in [None] if across else epochs:
+        at = [r for r in mine if r["labels"].get("epoch") in ((*epochs, None) if across else (epoch, None))]
         col_combos, row_combos = _combos(at, cols, experiment, ev), _combos(at, rows, experiment, ev)
         body = []
         for rc in row_combos:
@@ -179,7 +188,8 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
             body.append(line)
         header = ["/".join(rows) or "", *("/".join(c) or metric for c in col_combos)]
         paper_epoch = f"; the paper's numbers are at epoch {ref['epoch']}" if "epoch" in ref else ""
-        when = f"Epoch {epoch}{paper_epoch}. " if epoch is not None else ""
+        when = (f"Epoch {epoch}{paper_epoch}. " if epoch is not None
+                else f"Epochs {', '.join(epochs)}{paper_epoch}. " if across else "")
         out.append(f"{when}Cells: ours (paper, ours - paper), {metric}.\n\n" + markdown_table(header, body)
                    + collapse_notes(at))
     if ref_rows:
@@ -299,6 +309,16 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
             + markdown_table(["run", *tags], body, float_format=".3g") + collapse_notes(runs))
 
 
+def series_part(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
+                index: int) -> str:
+    """A ``series`` item (``series.py``) for the finished training runs, at the epochs the evaluations read."""
+    runs = [r for r in records if r["evaluation"] == RUNS and r["state"] == "done"]
+    lines = [("/".join(r["labels"].values()) + collapsed_mark(r), r["file"].parent) for r in runs]
+    evaluated = [e for e in _epochs([r for r in records if r["evaluation"] != RUNS], "all") if str(e).isdigit()]
+    figure = folder / experiment.name / "figures" / f"{index:02d}-series.png"
+    return series_section(item, lines, evaluated, figure) + collapse_notes(runs)
+
+
 def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Job],
                  skipped: list[dict[str, Any]], command: str) -> Path:
     """Write ``<folder>/<experiment>/report.md`` (and its figures) for what is on disk now (``folder``:
@@ -314,6 +334,8 @@ def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Jo
             parts.append(curve_section(item, records, experiment, folder, i))
         elif item["kind"] == "history":
             parts.append(history_section(item, records, experiment, folder, i))
+        elif item["kind"] == "series":
+            parts.append(series_part(item, records, experiment, folder, i))
         else:
             parts.append(images_section(item, records, folder / experiment.name))
         parts.append("")

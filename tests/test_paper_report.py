@@ -146,3 +146,58 @@ def test_job_state_trusts_only_this_configs_marker_and_existing_outputs(tmp_path
     assert job_state(base, edited) is None and not is_done(base, edited)
     write_marker(base, job, "failed", error="error: boom")
     assert job_state(base, job) == "failed" and job_state(base, edited) is None
+
+
+def test_a_table_over_epochs_is_one_table_and_a_series_reads_each_runs_jsonl(tmp_path):
+    """Seed 002's Figure 5: the probe of every checkpoint in one table (epochs in number order, the paper's
+    number at its epoch) and each run's rank.jsonl at those epochs, in a figure and a table."""
+    experiment = {
+        "title": "over training", "source": "a test",
+        "runs": {"entry": "train", "axes": {"model": {"skip": ["model=skip"], "skipless": ["model=skipless"]}},
+                 "scales": {"demo": ["dataset=default"]}, "epochs": {"demo": [2, 10]}},
+        "evaluations": {"lin": {"entry": "linear", "result": "*/linear.json", "metric": "groups.last_cls.top1"}},
+        "report": [
+            {"kind": "table", "title": "probe", "evaluation": "lin", "rows": ["model"], "columns": ["epoch"],
+             "epoch": "all", "reference": {"columns": ["10"], "rows": {"skip": [80.0]}}},
+            {"kind": "series", "title": "rank", "evaluation": "runs", "file": "rank.jsonl", "metric": "rho"},
+        ],
+    }
+    (tmp_path / "exps").mkdir()
+    (tmp_path / "exps" / "fig5.yaml").write_text(yaml.safe_dump(experiment, sort_keys=False))
+    loaded = load_experiment("fig5", tmp_path / "exps")
+    base = tmp_path / "demo"
+    jobs, skipped = plan(loaded, "demo", base)
+    by = {j.name: j for j in jobs}
+    for model, rho in (("skip", [3.1, 2.5]), ("skipless", [3.4, 2.0])):
+        run = by[f"train-{model}"]
+        _done(base, run)
+        (base / run.run_dir / "summary.json").write_text("{}")
+        lines = [{"epoch": e, "step": 10 * e, "rho": r} for e, r in zip((2, 5, 10), (rho[0], 9.9, rho[1]))]
+        (base / run.run_dir / "rank.jsonl").write_text("\n".join(json.dumps(l) for l in lines) + "\n{\"epo")
+        for epoch, top1 in (("2", 50.0), ("10", 70.0 if model == "skip" else 60.0)):
+            job = by[f"lin-{model}-{epoch}"]
+            folder = base / Path(job.result).parent.parent / "backbone"
+            folder.mkdir(parents=True)
+            (folder / "linear.json").write_text(json.dumps({"groups": {"last_cls": {"top1": top1}}}))
+            write_marker(base, job, "done", seconds=1.0)
+    text = write_report(base, loaded, "demo", jobs, skipped, "make paper EXP=fig5").read_text()
+    assert text.count("| model | 2 | 10 |") == 1 and "Epochs 2, 10. " in text
+    assert "| skip | 50.0 | 70.0 (80.0, -10.0) |" in text and "| skipless | 50.0 | 60.0 |" in text
+    assert "| run | 2 | 10 |" in text  # the evaluated epochs only (rank.jsonl also has epoch 5)
+    assert "| skip | 3.1 | 2.5 |" in text and "| skipless | 3.4 | 2 |" in text
+    assert (base / "fig5" / "figures" / "01-series.png").stat().st_size > 0
+
+
+def test_a_series_reads_the_runs_and_names_its_file(tmp_path):
+    import pytest
+
+    from paper.experiment import ExperimentError
+
+    base = {"title": "t", "runs": {"entry": "train", "axes": {"model": {"skip": ["model=skip"]}}},
+            "evaluations": {"lin": {"entry": "linear", "result": "*/linear.json"}}}
+    for item, message in (({"kind": "series", "evaluation": "runs"}, "a series names the JSON-lines file"),
+                          ({"kind": "series", "evaluation": "lin", "file": "rank.jsonl"},
+                           "a series reads the training runs' curves: evaluation: runs")):
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**base, "report": [item]}))
+        with pytest.raises(ExperimentError, match=message):
+            load_experiment("bad", tmp_path)
