@@ -45,6 +45,7 @@ def series_section(item: dict[str, Any], runs: list[tuple[str, Path]], columns: 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     from eval.shared.report import markdown_table
 
     x, metric = item.get("x", "epoch"), item.get("metric", "rho")
@@ -54,6 +55,7 @@ def series_section(item: dict[str, Any], runs: list[tuple[str, Path]], columns: 
         if points:
             ax.plot(list(points), list(points.values()), marker="o" if len(points) < 30 else None, markersize=3,
                     label=label)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs, not 1.2
     ax.set_xlabel(x)
     ax.set_ylabel(metric)
     ax.set_title(item.get("title", item["file"]), fontsize=9)

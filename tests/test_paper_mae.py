@@ -1,0 +1,136 @@
+"""The MAE experiments of seed 002 (``configs/experiments/mae-*.yaml``): at full scale the seed's matrix on
+ImageNet-100 / ImageNet-1k with its recipe and probe, at demo scale a few cells of the MAE CPU demo; one
+training per config across them; their reference numbers are the README's."""
+import re
+from pathlib import Path
+
+import pytest
+
+from paper.__main__ import run
+from paper.experiment import load_experiment
+from paper.jobs import plan
+from skipless.config import load_config
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+MAE = ("mae-table2", "mae-table3", "mae-table4", "mae-figure3", "mae-figure5")
+
+
+def _cfg(job):
+    return load_config(job.entry, [o for o in job.overrides if not o.startswith(("run.", "out=", "ckpt="))])
+
+
+def test_mae_table2_full_dry_run_lists_the_seeds_jobs_with_the_imagenet100_recipe(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IMAGENET100_ROOT", "/data/in100")
+    result = run(load_config("paper", ["exp=mae-table2", "scale=full", "dry_run=true", "cluster=local",
+                                       f"root={tmp_path / 'paper'}"]))
+    out = capsys.readouterr().out
+    jobs = {j.name: j for j in result["jobs"]}
+    runs = [j for j in jobs.values() if j.kind == "run"]
+    assert len(runs) == 14 and not result["skipped"] and out.count("[to run]") == len(jobs) == 14 * 3
+    assert not (tmp_path / "paper").exists()
+    b06, s10, base = jobs["pretrain-vit_base-0.6"], jobs["pretrain-vit_small-1.0"], jobs["pretrain-vit_base-mae"]
+    for word in ("ssl=mae", "model=decayed", "model.alpha_min=0.6", "model.arch=vit_base", "data=imagenet",
+                 "data.root=/data/in100/train"):
+        assert word in b06.overrides and word in b06.shown()
+    assert "model.arch=vit_small" in s10.overrides and "model.alpha_min=1.0" in s10.overrides
+    assert {"model=skip", "mae.unet_skips=false"} <= set(base.overrides)
+    cfg = _cfg(b06)
+    assert (cfg.ssl, cfg.choices.recipe, cfg.model.arch, cfg.model.residual, cfg.model.alpha_min) == (
+        "mae", "mae-paper", "vit_base", "decayed", 0.6)
+    assert (cfg.train.epochs, cfg.optim.lr, cfg.optim.warmup_epochs, cfg.mae.unet_skips) == (800, 1.5e-4, 40, True)
+    assert {100, 200, 400, 800} <= set(cfg.train.export_epochs)  # Figure 5's checkpoints, from paper.exports
+    base_cfg = _cfg(base)
+    assert (base_cfg.model.residual, base_cfg.mae.unet_skips) == ("skip", False)
+    probe = jobs["linear-vit_base-0.6-800"]
+    assert {"linear-preset=zhang", "dataset=imagenet", "root=/data/in100"} <= set(probe.overrides)
+    assert f"ckpt={tmp_path.resolve() / 'paper' / 'full' / b06.run_dir}/backbone-epoch800.pt" in probe.overrides
+    pcfg = _cfg(probe)
+    assert (pcfg.choices["linear-preset"], list(pcfg.inputs), pcfg.epochs, pcfg.batch_size, list(pcfg.lrs)) == (
+        "zhang", ["last_cls"], 200, 1024, [1.0e-2])
+    assert "knn-vit_small-mae-800" in jobs
+
+
+def test_mae_demo_is_a_few_cells_of_the_cpu_demo_on_the_default(tmp_path):
+    jobs, skipped = plan(load_experiment("mae-table2"), "demo", tmp_path)
+    runs = {j.name: _cfg(j) for j in jobs if j.kind == "run"}
+    assert sorted(runs) == ["pretrain-vit_base-0.6", "pretrain-vit_base-1.0", "pretrain-vit_base-mae"]
+    assert all((c.choices.recipe, c.data.name, c.model.arch) == ("mae-demo", "default", "vit_tiny")
+               for c in runs.values())
+    evals = [j for j in jobs if j.kind == "eval"]
+    assert {j.labels["epoch"] for j in evals} == {"8"} and len(evals) == 6
+    assert all("dataset=default" in j.overrides for j in evals)
+    assert len([c for c in skipped if c["kind"] == "run"]) == 11
+
+
+def test_mae_experiments_share_one_training_per_config_at_every_scale(tmp_path):
+    for scale in ("demo", "quick", "full"):
+        exports = list(load_config("paper").exports[scale])
+        runs = {}
+        for name in MAE:
+            jobs, _ = plan(load_experiment(name), scale, tmp_path / scale, exports=exports)
+            for job in jobs:
+                if job.kind == "run":
+                    runs.setdefault(job.config_hash, set()).add((name, job.labels.get("arch", "vit_base"),
+                                                                 job.labels.get("alpha_min", job.labels.get("config"))))
+        shared = next(cells for cells in runs.values() if ("mae-table2", "vit_base", "0.6") in cells)
+        expected = {"mae-table2", "mae-table3", "mae-figure3", "mae-figure5"} | ({"mae-table4"} if scale != "full" else set())
+        assert {c[0] for c in shared} == expected, scale  # ImageNet-1k is Table 4's own data at full scale
+        assert ("mae-table3", "vit_base", "both") in shared
+    assert len(runs) == 23  # full: 14 of Table 2, 5 more ablations, 4 on ImageNet-1k
+
+
+def test_figure5_reads_several_checkpoints_and_the_runs_rank_files(tmp_path):
+    experiment = load_experiment("mae-figure5")
+    assert experiment.epochs["full"] == [100, 200, 300, 400, 500, 600, 700, 800]
+    series = next(r for r in experiment.report if r["kind"] == "series")
+    assert (series["file"], series["metric"]) == ("rank.jsonl", "rho")
+    jobs, _ = plan(experiment, "demo", tmp_path, exports=list(load_config("paper").exports.demo))
+    assert sorted({j.labels["epoch"] for j in jobs if j.kind == "eval"}, key=int) == ["2", "4", "8"]
+    cfg = _cfg(next(j for j in jobs if j.kind == "run"))
+    assert list(cfg.train.export_epochs) == [1, 2, 3, 4, 8] and cfg.diagnostics.rank_images > 0
+
+
+def _readme_table(title_regex: str) -> dict[str, list]:
+    """label -> the numbers of the first README table after a line matching ``title_regex`` ("-": None)."""
+    lines = README.read_text().splitlines()
+    start = next(i for i, l in enumerate(lines) if re.search(title_regex, l))
+    rows, inside = {}, False
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            inside = True
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            values = [float(c) if re.fullmatch(r"\d+\.\d", c) else None for c in cells[1:]]
+            if any(v is not None for v in values):
+                rows[cells[0].strip("`")] = values
+        elif inside:
+            break
+    return rows
+
+
+def test_mae_reference_numbers_are_the_readmes():
+    table2 = _readme_table(r"^Seed 002, Table 2")
+    ref = next(r for r in load_experiment("mae-table2").report if r["evaluation"] == "linear")["reference"]
+    assert ref["columns"] == ["vit_base", "vit_small"]
+    assert {k: list(v) for k, v in ref["rows"].items()} == {k: table2[k] for k in ref["rows"]} and len(ref["rows"]) == 6
+    fig5 = load_experiment("mae-figure5").report[1]["reference"]["rows"]
+    assert {k: v[0] for k, v in fig5.items()} == {k: table2[k][0] for k in fig5}
+    table3 = _readme_table(r"^Seed 002, Table 3")
+    ref = load_experiment("mae-table3").report[0]["reference"]["rows"]
+    assert {k: v[0] for k, v in ref.items()} == {k: table3[k][-1] for k in ref} and len(ref) == 6
+    table4 = _readme_table(r"^Seed 002, Table 4")
+    ref = load_experiment("mae-table4").report[0]["reference"]
+    assert ref["columns"] == ["zhang", "mae"]
+    assert {k: list(v) for k, v in ref["rows"].items()} == {k: table4[k] for k in ref["rows"]} and len(ref["rows"]) == 4
+
+
+@pytest.mark.slow
+def test_mae_figure5_at_quick_scale_runs_end_to_end_and_reports_rank_and_probe_per_epoch(tmp_path):
+    """SCALE=quick for real: two MAE trainings of 2 x 4 steps, the zhang probe of epochs 1 and 2 of each,
+    the report with each run's rank.jsonl and the probe per epoch. About 2-3 minutes on 2 CPU cores
+    (each job is its own process), hence slow."""
+    result = run(load_config("paper", ["exp=mae-figure5", "scale=quick", "cluster=local", f"root={tmp_path}"]))
+    assert set(result["state"].values()) == {"done"} and len(result["state"]) == 6
+    report = (tmp_path / "quick" / "mae-figure5" / "report.md").read_text()
+    assert "| run | 1 | 2 |" in report and "| alpha_min | 1 | 2 |" in report and "Scale: **quick**" in report
+    assert re.search(r"\| 0\.6 \| \d+\.\d \| \d+\.\d \|", report)  # the probe (one decimal) of both checkpoints
+    assert (tmp_path / "quick" / "mae-figure5" / "figures" / "00-series.png").stat().st_size > 0
