@@ -126,8 +126,8 @@ def test_mae_reference_numbers_are_the_readmes():
 @pytest.mark.slow
 def test_mae_figure5_at_quick_scale_runs_end_to_end_and_reports_rank_and_probe_per_epoch(tmp_path):
     """SCALE=quick for real: two MAE trainings of 2 x 4 steps, the zhang probe of epochs 1 and 2 of each,
-    the report with each run's rank.jsonl and the probe per epoch. About 2-3 minutes on 2 CPU cores
-    (each job is its own process), hence slow."""
+    the report with each run's rank.jsonl and the probe per epoch. 2-4 minutes on 2 CPU cores (3 min 40 s
+    with the cores shared; each job is its own process), hence slow."""
     result = run(load_config("paper", ["exp=mae-figure5", "scale=quick", "cluster=local", f"root={tmp_path}"]))
     assert set(result["state"].values()) == {"done"} and len(result["state"]) == 6
     report = (tmp_path / "quick" / "mae-figure5" / "report.md").read_text()
