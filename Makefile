@@ -66,7 +66,7 @@ help: ## list targets and variables
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
-	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/classification.py)"
+	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/registry.py)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
 	@echo "  PRESET=$(call choices,linear-preset) (linear: the probe's protocol, configs/linear-preset/; default dino:"
 	@echo "       DINO's eval_linear; zhang: seed 002's ImageNet-100 probe; mae: MAE's, BatchNorm + LARS)"

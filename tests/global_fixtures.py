@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from skipless.data.classification.classification import LabelledImages
+from skipless.data.classification.registry import LabelledImages
 from skipless.models import create_vit, save_backbone
 
 CLASSES = ("red", "green", "blue", "yellow", "cyan", "magenta")
@@ -27,7 +27,7 @@ def colour_images(split: str, per_class: int, size: int = 32) -> LabelledImages:
 
 def register_colours(monkeypatch, per_class: dict | None = None) -> None:
     """Add ``colours`` (train 4, val 2 images per class) to the classification registry for one test."""
-    from skipless.data.classification import classification
+    from skipless.data.classification import registry as classification
 
     per_class = per_class or {"train": 4, "val": 2}
     monkeypatch.setitem(classification.READERS, "colours",

@@ -12,7 +12,7 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from skipless.data.classification.classification import READERS, classification_split
+from skipless.data.classification.registry import READERS, classification_split
 from skipless.data.errors import CorruptImageWarning, DatasetNotFoundError, MalformedDatasetError, UnknownDatasetError
 from skipless.data.generator.synthetic import CLASSES
 from seg_fixtures import write_voc

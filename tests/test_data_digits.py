@@ -5,7 +5,7 @@ import pytest
 from scipy.ndimage import map_coordinates
 from sklearn.datasets import load_digits
 
-from skipless.data.classification.classification import classification_split
+from skipless.data.classification.registry import classification_split
 from skipless.data.classification.digits import split_indices
 
 

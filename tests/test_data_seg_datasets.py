@@ -7,7 +7,7 @@ from skipless.data.segmentation.ade20k import ADE20K
 from skipless.data.segmentation.cocostuff import COCO_UNUSED_RAW_IDS, COCOSTUFF_CLASSES, COCOStuff
 from skipless.data.errors import UnknownDatasetError
 from skipless.data.segmentation.seg_views import Mirrored, random_subset
-from skipless.data.segmentation.segmentation import VOCSegDataset
+from skipless.data.segmentation.interface import VOCSegDataset
 from skipless.data.segmentation.segmentation_datasets import SEGMENTATION_DATASETS, build_split
 from skipless.data.errors import DatasetNotFoundError, MalformedDatasetError
 from skipless.data.voc import VOC_CLASSES

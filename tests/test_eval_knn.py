@@ -12,7 +12,7 @@ from eval.shared.global_features import build_global_features, global_tokens
 from eval.knn.run import knn_scores, main
 from global_fixtures import SMALL, colour_images, register_colours, tiny_backbone
 from host_reads import HostReads
-from skipless.data.classification.classification import LabelledImages
+from skipless.data.classification.registry import LabelledImages
 from skipless.models import create_vit
 
 ROOT = Path(__file__).resolve().parents[1]

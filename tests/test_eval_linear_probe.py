@@ -140,7 +140,7 @@ def test_grouped_loss_equals_one_head_at_a_time():
 
 def test_cache_holds_the_backbones_patch_tokens(tmp_path):
     root = write_voc(tmp_path / "data", n_train=5, n_val=1, classes=["background", "a", "b"])
-    from skipless.data.segmentation.segmentation import VOCSegDataset
+    from skipless.data.segmentation.interface import VOCSegDataset
     ds = VOCSegDataset(root, "train", name="default")
     torch.manual_seed(0)
     model = create_vit("vit_tiny", depth=3, img_size=32).eval()
@@ -172,7 +172,7 @@ def test_cache_holds_the_backbones_patch_tokens(tmp_path):
 def test_unreadable_images_are_skipped_and_counted(tmp_path):
     root = write_voc(tmp_path / "data", n_train=4, n_val=1, classes=["background", "a", "b"])
     (root / "VOCdevkit/VOC2012/JPEGImages/000002.jpg").write_bytes(b"not a jpeg")
-    from skipless.data.segmentation.segmentation import VOCSegDataset
+    from skipless.data.segmentation.interface import VOCSegDataset
     ds = VOCSegDataset(root, "train", name="default")
     model = create_vit("vit_tiny", depth=1, img_size=32).eval()
     with pytest.warns(Warning):

@@ -10,7 +10,7 @@ from eval.probe.miou import ConfusionMatrix
 from eval.probe.run import main
 from eval.shared.lr_sweep import sweep_edge
 from eval.probe.settings import round_to_patch, spread_layers
-from skipless.data.segmentation.segmentation import VOCSegDataset
+from skipless.data.segmentation.interface import VOCSegDataset
 from skipless.models import create_vit, save_backbone
 
 from seg_fixtures import write_voc

@@ -38,7 +38,7 @@ from skipless.atomic import atomic_write
 from skipless.data.conventions import IMAGENET_MEAN as MEAN
 from skipless.data.conventions import IMAGENET_STD as STD
 from skipless.data.errors import CorruptImageWarning
-from skipless.data.segmentation.segmentation import check_pair
+from skipless.data.segmentation.interface import check_pair
 from skipless.models import patch_features, patch_grid, resolve_layers
 
 FORMAT = "skipless-probe-cache/1"

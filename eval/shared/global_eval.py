@@ -3,7 +3,7 @@ and the cached global features of each backbone (``eval/shared/global_features.p
 
 Settings are checked once, before any backbone is resolved, data read or file written
 (``resolve_settings``); a bad value stops the run with one sentence naming the key. The dataset is
-any name of the classification registry (``skipless.data.classification.classification.READERS``: ``default`` and
+any name of the classification registry (``skipless.data.classification.registry.READERS``: ``default`` and
 whatever readers register there), read from ``root`` (null: ``data/default`` for the default, else
 ``$DATA_ROOT`` or ``data/<dataset>``). ``train_subset`` / ``val_subset`` draw a seeded random subset.
 What needs the backbone (the crop a multiple of its patch, ``n_last_blocks`` within its depth) is
@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from skipless.config import ConfigError
 from skipless.config_rules import Rule, boolean, integer, one_of, optional, text
-from skipless.data.classification.classification import READERS, classification_split
+from skipless.data.classification.registry import READERS, classification_split
 from skipless.data.errors import UnknownDatasetError
 from skipless.models import FeatureRequestError
 

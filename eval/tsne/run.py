@@ -36,7 +36,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from skipless.config import ConfigError, load_config
 from skipless.config_rules import Rule, either, integer, is_int, is_real, number, one_of, optional
-from skipless.data.classification.classification import classification_split
+from skipless.data.classification.registry import classification_split
 from skipless.errors import exit_on_user_error
 
 from ..shared.backbones import BackboneSpec

@@ -6,13 +6,13 @@ and real VOC share one code path; ``image_folder.py`` reads ImageNet-style folde
 ``errors.py`` gives one clear error, pointing at data/README.md, when a dataset is missing;
 ``conventions.py`` the values every reader, transform and metric shares. The groups:
 
-- ``segmentation/``: the dense probe's datasets (``segmentation.py``, ``ade20k.py``, ``cocostuff.py``,
+- ``segmentation/``: the dense probe's datasets (``interface.py``, ``ade20k.py``, ``cocostuff.py``,
   ``seg_views.py``, ``label_modes.py``), listed by name in ``segmentation_datasets.py``;
 - ``discovery/``: the object-discovery datasets (VOC's detection reader and ``coco.py``), listed in
   ``discovery_datasets.py``;
 - ``classification/``: labelled images for supervised training and the k-NN / linear evaluators
   (``imagenet.py``, ``cifar.py``, ``tiny_imagenet.py``, ``digits.py``) as a ``LabelledImages``
-  (``labelled.py``), listed by name in ``classification.py``;
+  (``labelled.py``), listed by name in ``registry.py``;
 - ``generator/``: the embedded default (``synthetic.py``, ``scene_render.py``).
 
 Nothing here imports torch: the readers are plain map-style datasets.

@@ -13,7 +13,7 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader
 
-from ..data.classification.classification import LabelledImages, classification_split
+from ..data.classification.registry import LabelledImages, classification_split
 from ..data.generator.synthetic import ensure_default
 from ..training.data import SkipTally, check_one_batch
 from .augment import eval_transform, train_transform

@@ -11,7 +11,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from ..config_rules import Rule, integer, is_real, number, one_of, optional, text
-from ..data.classification.classification import READERS
+from ..data.classification.registry import READERS
 from ..training import schema as pretrain_schema
 from ..training.schema import POSITIVE_INT, UNIT, check_against
 

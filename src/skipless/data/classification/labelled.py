@@ -1,4 +1,4 @@
-"""``LabelledImages``: what every classification reader gives (``classification.py`` lists the readers
+"""``LabelledImages``: what every classification reader gives (``registry.py`` lists the readers
 by name): ``(image, label)`` pairs with ``label`` in ``[0, num_classes)``, ``class_names``, all
 ``labels`` as an array (for k-NN and class counts without decoding an image) and ``skipped``, the
 unreadable images met so far. One corrupt JPEG in a class folder must not stop a 300-epoch run:
@@ -7,7 +7,7 @@ once per file; ``read(index)`` is the strict version for callers that would rath
 (the evaluators' feature extraction).
 
 The readers (``imagenet.py``, ``cifar.py``, ``tiny_imagenet.py``, ``digits.py``) import this module and
-nothing of ``classification.py``, which imports them to build its table: no circle.
+nothing of ``registry.py``, which imports them to build its table: no circle.
 """
 from __future__ import annotations
 

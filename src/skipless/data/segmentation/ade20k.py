@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import missing_dataset, own_folder_hint
-from .segmentation import PairedFolders
+from .interface import PairedFolders
 from ..voc import IGNORE_INDEX, load_mask
 
 ADE20K_CLASSES: tuple[str, ...] = (

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import missing_dataset
-from .segmentation import PairedFolders
+from .interface import PairedFolders
 from ..voc import IGNORE_INDEX, load_mask
 
 COCO_THINGS: tuple[str, ...] = (

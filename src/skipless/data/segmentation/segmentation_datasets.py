@@ -15,7 +15,7 @@ from .cocostuff import COCOStuff
 from ..errors import UnknownDatasetError
 from .label_modes import check_label_modes
 from .seg_views import random_subset
-from .segmentation import VOCSegDataset
+from .interface import VOCSegDataset
 from ..voc import voc_dir
 
 
