@@ -77,9 +77,7 @@ def bench_pretrain_step(model: str, optim: str, overrides: list[str], steps: int
     data = RandomCrops(batch * (steps + warmup), d.global_crop_size, d.local_crop_size, d.local_crops_number)
     loader = DataLoader(data, batch_size=batch, collate_fn=collate_multicrop, num_workers=2)
     module = DINO(cfg, partial(backbone_factory, cfg))
-    timer = StepTimer(warmup)
-    bench_trainer(timer).fit(module, loader)
-    step = sorted(timer.times)[len(timer.times) // 2]  # median
+    step = median_step_s(module, loader, warmup)
     return {
         "model": model, "optim": optim, "batch": batch, "crops": f"2x{d.global_crop_size} + "
         f"{d.local_crops_number}x{d.local_crop_size}", "step_s": step, "images_per_s": batch / step,
@@ -109,11 +107,23 @@ def with_ratios(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def median_step_s(module: pl.LightningModule, loader: DataLoader, warmup: int) -> float:
+    """The median seconds of ``module``'s training steps over one epoch of ``loader`` after ``warmup``
+    steps (``bench_trainer``, ``StepTimer``): the one timing every step section of the bench uses."""
+    timer = StepTimer(warmup)
+    bench_trainer(timer).fit(module, loader)
+    return sorted(timer.times)[len(timer.times) // 2]
+
+
+def cuda_peak_mb() -> float | None:
+    """The CUDA peak of the measured steps (``StepTimer`` resets it after the warm-up); None on a CPU."""
+    return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+
+
 def memory_mb() -> float:
     """The CUDA peak of the measured steps on a GPU; the process's peak resident memory on a CPU."""
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = cuda_peak_mb()
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def bench_trainer(timer: StepTimer) -> pl.Trainer:
