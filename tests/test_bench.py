@@ -54,13 +54,17 @@ def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
 
 
 # ---- FLOPs and the GPU peak (bench/flops.py) ------------------------------------------------------------------
+def analytic_block(n: int, d: int) -> int:
+    """Matrix-product FLOPs of one pre-norm transformer block (MLP ratio 4) on ``n`` tokens of width ``d``:
+    qkv, scores, attention x values, projection, MLP."""
+    return 2 * n * d * 3 * d + 2 * n * n * d + 2 * n * n * d + 2 * n * d * d + 2 * 2 * n * d * 4 * d
+
+
 def analytic_vit_forward(image: int, patch: int, d: int, depth: int) -> int:
     """Matrix-product FLOPs of a ViT forward on one image, written from the architecture (CLS token,
-    MLP ratio 4): patch embedding, then per block qkv, scores, attention x values, projection, MLP."""
+    MLP ratio 4): patch embedding, then the blocks on CLS and every patch."""
     patches = (image // patch) ** 2
-    n = patches + 1
-    block = 2 * n * d * 3 * d + 2 * n * n * d + 2 * n * n * d + 2 * n * d * d + 2 * 2 * n * d * 4 * d
-    return 2 * patches * 3 * patch * patch * d + depth * block
+    return 2 * patches * 3 * patch * patch * d + depth * analytic_block(patches + 1, d)
 
 
 def test_forward_flops_count_the_attention_products_as_the_analytic_vit_count():
@@ -91,6 +95,25 @@ def test_supervised_step_flops_are_three_forwards_of_backbone_and_classifier():
 
     cfg = load_config("train", ["model=skip", "model.arch=vit_tiny", "model.depth=1", "aug.image_size=32"])
     assert supervised_step_flops(cfg, 10) == 3 * (analytic_vit_forward(32, 16, 192, 1) + 2 * 192 * 10)
+
+
+@pytest.mark.parametrize("unet_skips", [True, False])
+def test_mae_step_flops_are_three_forwards_of_the_visible_encoder_the_full_decoder_and_the_skips(unet_skips):
+    from bench.flops import mae_step_flops
+    from skipless.config import load_config
+
+    cfg = load_config("pretrain", ["ssl=mae", "model=decayed", "model.arch=vit_tiny", "model.depth=4",
+                                   "model.patch_size=8", "model.img_size=32", "mae.input_size=32",
+                                   "mae.decoder.dim=32", "mae.decoder.depth=2", "mae.decoder.heads=2",
+                                   f"mae.unet_skips={unet_skips}"])
+    d, dec, p, n = 192, 32, 8, 16                 # encoder width, decoder width, patch, patches (4 x 4)
+    visible, everything = 1 + 4, 1 + n           # CLS + int(16 x 0.25) visible; CLS + all 16 positions
+    encoder = 2 * n * 3 * p * p * d + 4 * analytic_block(visible, d)  # the patch embedding sees all 16
+    decoder = 2 * visible * d * dec + 2 * analytic_block(everything, dec) + 2 * everything * dec * 3 * p * p
+    # mirror pairs of a 4-block encoder and 2-block decoder: blocks 1 -> 1 and 3 -> 0; each skip projects
+    # its tap (CLS + visible) to the decoder's width and fuses [stream, skip] (2 x 32 -> 32) on all positions
+    skips = 2 * (2 * visible * d * dec + 2 * everything * 2 * dec * dec) if unet_skips else 0
+    assert mae_step_flops(cfg) == 3 * (encoder + decoder + skips)
 
 
 @pytest.mark.parametrize("name,peak", [
