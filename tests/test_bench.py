@@ -53,6 +53,57 @@ def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
                                                                         / by[("skip", "adamw")]["step_s"])
 
 
+MAE_TINY = ["model.arch=vit_tiny", "model.depth=2", "model.img_size=32", "mae.input_size=32", "mae.decoder.dim=32",
+            "mae.decoder.depth=2", "mae.decoder.heads=2", "train.batch_size_per_device=4"]
+DINO_TINY = ["model.depth=2", "dino.local_crop_size=16", "dino.local_crops_number=2", "dino.out_dim=64",
+             "dino.hidden_dim=32", "dino.bottleneck_dim=16", "train.batch_size_per_device=2"]
+
+
+def test_mae_step_bench_reports_each_encoder_the_skips_and_dino_with_their_ratios():
+    from bench.mae_step import COLUMNS, section_mae
+
+    rows, text = section_mae(True, sizes=[MAE_TINY], dino_sizes=DINO_TINY, steps=2, warmup=1)
+    assert [(r["method"], r["model"], r["unet_skips"]) for r in rows] == [
+        ("mae", "skip", True), ("mae", "decayed", True), ("mae", "decayed", False), ("dino", "skip", None)]
+    skip, decayed, bare, dino = rows
+    for r in rows:
+        assert set(COLUMNS) <= set(r) and r["arch"] == "vit_tiny" and r["step_s"] > 0
+        assert r["images_per_s"] == pytest.approx(r["batch"] / r["step_s"])
+        assert r["model_tflops_per_s"] == pytest.approx(r["gflop_per_image"] * r["batch"] / r["step_s"] / 1e3)
+        assert r["gflop_per_image"] > 0 and r["mfu"] is None and r["peak_memory_mb"] is None  # CPU: no peak
+    assert [r["batch"] for r in rows] == [4, 4, 4, 2] and dino["views"] == "2x32 + 2x16"  # globals at MAE's 32 px
+    assert skip["decoder"] == "2x32" and skip["views"] == "1x32, mask 0.75"
+    assert skip["gflop_per_image"] == decayed["gflop_per_image"] > bare["gflop_per_image"]  # the skips' projections
+    assert skip["decayed_over_skip"] == decayed["decayed_over_skip"] == pytest.approx(
+        decayed["step_s"] / skip["step_s"])
+    assert decayed["skips_over_none"] == bare["skips_over_none"] == pytest.approx(decayed["step_s"] / bare["step_s"])
+    assert skip["mae_over_dino"] == dino["mae_over_dino"] == pytest.approx(
+        skip["images_per_s"] / dino["images_per_s"])
+    assert "mae_over_dino" in text and "none on a CPU" in text
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_mae_step_bench_sizes_are_the_seeds_on_a_gpu_and_the_demos_on_a_cpu(gpu):
+    from bench.mae_step import MAE_CPU_SIZES, MAE_GPU_SIZES, dino_overrides, mae_config
+    from bench.pretrain_step import DINO_CPU_SIZES, DINO_GPU_SIZES
+    from skipless.config import load_config
+
+    sizes, dino_sizes = (MAE_GPU_SIZES, DINO_GPU_SIZES) if gpu else (MAE_CPU_SIZES, DINO_CPU_SIZES)
+    archs = []
+    for overrides in sizes:
+        cfg = mae_config("decayed", overrides)
+        m = cfg.mae
+        archs.append(cfg.model.arch)
+        assert cfg.model.patch_size == 16 and m.unet_skips and m.mask_ratio == 0.75
+        expected = (224, 128, (8, 512, 16)) if gpu else (96, 64, (4, 128, 4))  # mae-paper / mae-demo
+        assert (m.input_size, cfg.train.batch_size_per_device, (m.decoder.depth, m.decoder.dim, m.decoder.heads)) \
+            == expected
+        dino = load_config("pretrain", ["model=skip", *dino_overrides(cfg, dino_sizes)])
+        assert dino.ssl == "dino" and dino.model.arch == cfg.model.arch
+        assert dino.dino.global_crop_size == m.input_size and dino.model.patch_size == 16
+    assert archs == (["vit_base", "vit_small"] if gpu else ["vit_tiny"])
+
+
 # ---- FLOPs and the GPU peak (bench/flops.py) ------------------------------------------------------------------
 def analytic_block(n: int, d: int) -> int:
     """Matrix-product FLOPs of one pre-norm transformer block (MLP ratio 4) on ``n`` tokens of width ``d``:
