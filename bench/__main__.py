@@ -3,6 +3,8 @@
 Sections (each can be chosen with ``--only``):
 - ``pretrain``: a full DINO training step, skip vs skipless, AdamW vs SOAP (``pretrain_step.py``).
 - ``train``: a supervised training step, skip vs skipless, AdamW vs SOAP (``train_step.py``).
+- ``mae``: an MAE training step, skip vs decayed encoder, with and without the U-Net skips, against
+  DINO's step at the same encoder (``mae_step.py``).
 - ``init``: attention conditioning at initialisation (the paper's Proposition 1) on ViT-S (``pretrain_step.py``).
 - ``probe``: a linear-probe lr sweep with cached features vs running the backbone every step, on
   the embedded default (``probe_sweep.py``; needs a run under ``runs/``, the repo root as cwd).
@@ -47,6 +49,7 @@ from .conditioning import section_conditioning
 from .flops import mfu_note
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
+from .mae_step import section_mae
 from .optimizer_step import section_optim
 from .osa_cost import section_osa
 from .probe_sweep import bench_probe
@@ -58,12 +61,12 @@ from .train_step import section_train
 
 # The FLOP columns of the pretrain and train tables (``flops.py``: a training step's FLOPs, 3 x forward).
 UTILISATION = ("gflop_per_image", "model_tflops_per_s", "mfu")
-SECTIONS = ("pretrain", "train", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim", "loader",
-            "compile", "variants", "osa")
+SECTIONS = ("pretrain", "train", "mae", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim",
+            "loader", "compile", "variants", "osa")
 # The sections that take only ``quick`` and return (result, the text to print), run last in this order.
-TEXT_SECTIONS = {"tokencut": bench_section, "conditioning": section_conditioning, "profile": section_profile,
-                 "compile": section_compile, "optim": section_optim, "variants": section_variants,
-                 "osa": section_osa}
+TEXT_SECTIONS = {"mae": section_mae, "tokencut": bench_section, "conditioning": section_conditioning,
+                 "profile": section_profile, "compile": section_compile, "optim": section_optim,
+                 "variants": section_variants, "osa": section_osa}
 
 
 def main() -> None:

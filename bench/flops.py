@@ -14,21 +14,33 @@ forward only, on the two global crops. The step's FLOPs per image are therefore
 
     DINO:        3 * student(2 globals + n locals, heads included) + teacher(2 globals, head included)
     supervised:  3 * (backbone + linear head)
+    MAE:         3 * (encoder on CLS + the K = int(N (1 - mask_ratio)) visible patches
+                      + decoder on CLS + all N patches + the U-Net skips)
+
+MAE's count is its one forward pass as ``MaskedAutoencoder`` runs it: the patch embedding sees all N
+patches (masking follows it, as in MAE), the encoder blocks CLS and the K visible tokens; the decoder's
+embedding the same 1 + K tokens, its blocks and pixel head CLS and all N positions (mask tokens
+included); each skip's projection the tapped 1 + K tokens and its fusion all 1 + N. The decoder's
+blocks are timm's own ``Attention``, counted on its explicit path too (``explicit_attention``).
 
 Peaks. MFU divides the achieved rate by the dense bf16 tensor-core peak of the GPU, chosen by its
 name (``torch.cuda.get_device_name``); an unknown name gives no MFU, and the bench prints the name.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
+from typing import Iterator
 
 import torch
 from omegaconf import DictConfig
 from torch import nn
+from timm.models.vision_transformer import Attention
 from torch.utils.flop_counter import FlopCounterMode
 
 from skipless.models.attention import use_explicit_attention
 from skipless.pretrain import backbone_factory
+from skipless.ssl import METHODS
 from skipless.ssl.dino.module import DINO
 from skipless.supervised.classifier import Supervised
 
@@ -84,13 +96,30 @@ def utilisation(flops_per_image: int, batch: int, step_s: float) -> dict:
             "mfu": tflops / peak if peak else None}
 
 
+@contextmanager
+def explicit_attention(module: nn.Module) -> Iterator[nn.Module]:
+    """Every attention of ``module`` on its explicit path, restored after: the suite's own
+    (``use_explicit_attention``) and timm's plain ``Attention`` (``fused_attn`` off; MAE's decoder
+    blocks), whose fused SDPA kernel the counter cannot see on a CPU either."""
+    timm_attention = [m for m in module.modules() if isinstance(m, Attention)]
+    before = [m.fused_attn for m in timm_attention]
+    for m in timm_attention:
+        m.fused_attn = False
+    try:
+        with use_explicit_attention(module):
+            yield module
+    finally:
+        for m, fused in zip(timm_attention, before):
+            m.fused_attn = fused
+
+
 def forward_flops(module: nn.Module, *inputs) -> int:
     """Matrix-product FLOPs of ``module(*inputs)`` in eval mode with explicit attention, no gradients;
     the module's mode and attention path are restored."""
     was_training = module.training
     module.eval()
     try:
-        with use_explicit_attention(module), torch.no_grad(), FlopCounterMode(display=False) as counter:
+        with explicit_attention(module), torch.no_grad(), FlopCounterMode(display=False) as counter:
             module(*inputs)
     finally:
         module.train(was_training)
@@ -111,3 +140,12 @@ def supervised_step_flops(cfg: DictConfig, num_classes: int) -> int:
     """Training FLOPs per image of a supervised step of ``cfg``: 3 x (backbone + linear head)."""
     size = int(cfg.aug.image_size)
     return 3 * forward_flops(Supervised(cfg, num_classes), torch.zeros(1, 3, size, size))
+
+
+def mae_step_flops(cfg: DictConfig) -> int:
+    """Training FLOPs per image of an MAE step of ``cfg`` (``ssl=mae``): 3 x one forward pass of its
+    masked autoencoder on one ``mae.input_size`` image (see the module docstring for what runs on
+    which tokens), the encoder, decoder and U-Net skips the config builds."""
+    size = int(cfg.mae.input_size)
+    module = METHODS["mae"].module(cfg, partial(backbone_factory, cfg))
+    return 3 * forward_flops(module.net, torch.zeros(1, 3, size, size))

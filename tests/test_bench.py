@@ -43,7 +43,7 @@ def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
                         for o in ("adamw", "soap")])
     by = {(r["model"], r["optim"]): r for r in rows}
     for r in rows:
-        assert r["batch"] == 4 and r["image_px"] == 32 and r["step_s"] > 0
+        assert r["batch"] == 4 and r["image_px"] == 32 and r["step_s"] >= r["fastest_step_s"] > 0
         assert r["images_per_s"] == pytest.approx(4 / r["step_s"])
         assert r["model_tflops_per_s"] == pytest.approx(r["gflop_per_image"] * 4 / r["step_s"] / 1e3)
         assert r["gflop_per_image"] > 0 and r["mfu"] is None and r["peak_tflops"] is None  # no GPU peak on a CPU
@@ -53,14 +53,69 @@ def test_supervised_step_bench_reports_a_consistent_row_and_the_ratios():
                                                                         / by[("skip", "adamw")]["step_s"])
 
 
+MAE_TINY = ["model.arch=vit_tiny", "model.depth=2", "model.img_size=32", "mae.input_size=32", "mae.decoder.dim=32",
+            "mae.decoder.depth=2", "mae.decoder.heads=2", "train.batch_size_per_device=4"]
+DINO_TINY = ["model.depth=2", "dino.local_crop_size=16", "dino.local_crops_number=2", "dino.out_dim=64",
+             "dino.hidden_dim=32", "dino.bottleneck_dim=16", "train.batch_size_per_device=2"]
+
+
+def test_mae_step_bench_reports_each_encoder_the_skips_and_dino_with_their_ratios():
+    from bench.mae_step import COLUMNS, section_mae
+
+    rows, text = section_mae(True, sizes=[MAE_TINY], dino_sizes=DINO_TINY, steps=2, warmup=1)
+    assert [(r["method"], r["model"], r["unet_skips"]) for r in rows] == [
+        ("mae", "skip", True), ("mae", "decayed", True), ("mae", "decayed", False), ("dino", "skip", None)]
+    skip, decayed, bare, dino = rows
+    for r in rows:
+        assert set(COLUMNS) <= set(r) and r["arch"] == "vit_tiny" and r["step_s"] >= r["fastest_step_s"] > 0
+        assert r["images_per_s"] == pytest.approx(r["batch"] / r["step_s"])
+        assert r["model_tflops_per_s"] == pytest.approx(r["gflop_per_image"] * r["batch"] / r["step_s"] / 1e3)
+        assert r["gflop_per_image"] > 0 and r["mfu"] is None and r["peak_memory_mb"] is None  # CPU: no peak
+    assert [r["batch"] for r in rows] == [4, 4, 4, 2] and dino["views"] == "2x32 + 2x16"  # globals at MAE's 32 px
+    assert skip["decoder"] == "2x32" and skip["views"] == "1x32, mask 0.75"
+    assert skip["gflop_per_image"] == decayed["gflop_per_image"] > bare["gflop_per_image"]  # the skips' projections
+    assert skip["decayed_over_skip"] == decayed["decayed_over_skip"] == pytest.approx(
+        decayed["step_s"] / skip["step_s"])
+    assert decayed["skips_over_none"] == bare["skips_over_none"] == pytest.approx(decayed["step_s"] / bare["step_s"])
+    assert skip["mae_over_dino"] == dino["mae_over_dino"] == pytest.approx(
+        skip["images_per_s"] / dino["images_per_s"])
+    assert "mae_over_dino" in text and "none on a CPU" in text
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_mae_step_bench_sizes_are_the_seeds_on_a_gpu_and_the_demos_on_a_cpu(gpu):
+    from bench.mae_step import MAE_CPU_SIZES, MAE_GPU_SIZES, dino_overrides, mae_config
+    from bench.pretrain_step import DINO_CPU_SIZES, DINO_GPU_SIZES
+    from skipless.config import load_config
+
+    sizes, dino_sizes = (MAE_GPU_SIZES, DINO_GPU_SIZES) if gpu else (MAE_CPU_SIZES, DINO_CPU_SIZES)
+    archs = []
+    for overrides in sizes:
+        cfg = mae_config("decayed", overrides)
+        m = cfg.mae
+        archs.append(cfg.model.arch)
+        assert cfg.model.patch_size == 16 and m.unet_skips and m.mask_ratio == 0.75
+        expected = (224, 128, (8, 512, 16)) if gpu else (96, 64, (4, 128, 4))  # mae-paper / mae-demo
+        assert (m.input_size, cfg.train.batch_size_per_device, (m.decoder.depth, m.decoder.dim, m.decoder.heads)) \
+            == expected
+        dino = load_config("pretrain", ["model=skip", *dino_overrides(cfg, dino_sizes)])
+        assert dino.ssl == "dino" and dino.model.arch == cfg.model.arch
+        assert dino.dino.global_crop_size == m.input_size and dino.model.patch_size == 16
+    assert archs == (["vit_base", "vit_small"] if gpu else ["vit_tiny"])
+
+
 # ---- FLOPs and the GPU peak (bench/flops.py) ------------------------------------------------------------------
+def analytic_block(n: int, d: int) -> int:
+    """Matrix-product FLOPs of one pre-norm transformer block (MLP ratio 4) on ``n`` tokens of width ``d``:
+    qkv, scores, attention x values, projection, MLP."""
+    return 2 * n * d * 3 * d + 2 * n * n * d + 2 * n * n * d + 2 * n * d * d + 2 * 2 * n * d * 4 * d
+
+
 def analytic_vit_forward(image: int, patch: int, d: int, depth: int) -> int:
     """Matrix-product FLOPs of a ViT forward on one image, written from the architecture (CLS token,
-    MLP ratio 4): patch embedding, then per block qkv, scores, attention x values, projection, MLP."""
+    MLP ratio 4): patch embedding, then the blocks on CLS and every patch."""
     patches = (image // patch) ** 2
-    n = patches + 1
-    block = 2 * n * d * 3 * d + 2 * n * n * d + 2 * n * n * d + 2 * n * d * d + 2 * 2 * n * d * 4 * d
-    return 2 * patches * 3 * patch * patch * d + depth * block
+    return 2 * patches * 3 * patch * patch * d + depth * analytic_block(patches + 1, d)
 
 
 def test_forward_flops_count_the_attention_products_as_the_analytic_vit_count():
@@ -91,6 +146,25 @@ def test_supervised_step_flops_are_three_forwards_of_backbone_and_classifier():
 
     cfg = load_config("train", ["model=skip", "model.arch=vit_tiny", "model.depth=1", "aug.image_size=32"])
     assert supervised_step_flops(cfg, 10) == 3 * (analytic_vit_forward(32, 16, 192, 1) + 2 * 192 * 10)
+
+
+@pytest.mark.parametrize("unet_skips", [True, False])
+def test_mae_step_flops_are_three_forwards_of_the_visible_encoder_the_full_decoder_and_the_skips(unet_skips):
+    from bench.flops import mae_step_flops
+    from skipless.config import load_config
+
+    cfg = load_config("pretrain", ["ssl=mae", "model=decayed", "model.arch=vit_tiny", "model.depth=4",
+                                   "model.patch_size=8", "model.img_size=32", "mae.input_size=32",
+                                   "mae.decoder.dim=32", "mae.decoder.depth=2", "mae.decoder.heads=2",
+                                   f"mae.unet_skips={unet_skips}"])
+    d, dec, p, n = 192, 32, 8, 16                 # encoder width, decoder width, patch, patches (4 x 4)
+    visible, everything = 1 + 4, 1 + n           # CLS + int(16 x 0.25) visible; CLS + all 16 positions
+    encoder = 2 * n * 3 * p * p * d + 4 * analytic_block(visible, d)  # the patch embedding sees all 16
+    decoder = 2 * visible * d * dec + 2 * analytic_block(everything, dec) + 2 * everything * dec * 3 * p * p
+    # mirror pairs of a 4-block encoder and 2-block decoder: blocks 1 -> 1 and 3 -> 0; each skip projects
+    # its tap (CLS + visible) to the decoder's width and fuses [stream, skip] (2 x 32 -> 32) on all positions
+    skips = 2 * (2 * visible * d * dec + 2 * everything * 2 * dec * dec) if unet_skips else 0
+    assert mae_step_flops(cfg) == 3 * (encoder + decoder + skips)
 
 
 @pytest.mark.parametrize("name,peak", [
