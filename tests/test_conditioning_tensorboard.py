@@ -37,7 +37,7 @@ def test_the_monitor_writes_both_to_tensorboard_and_the_jsonl_says_the_same(tmp_
     monkeypatch.setattr(diagnostics_callbacks, "diagnose", lambda *a, **k: _found())
     logger = TensorBoardLogger(save_dir=str(tmp_path), name="", version="tb")
     trainer = SimpleNamespace(loggers=[logger], global_step=0)
-    module = SimpleNamespace(student=SimpleNamespace(backbone=None), device=torch.device("cpu"))
+    module = SimpleNamespace(trained_backbone=lambda: None, device=torch.device("cpu"))
     monitor = diagnostics_callbacks.ConditioningMonitor(lambda: torch.zeros(2, 3, 32, 32), DiagnosticSettings(),
                                                         every=1, run_dir=tmp_path)
     monitor._measure(trainer, module, 0)
