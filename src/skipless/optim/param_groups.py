@@ -1,4 +1,5 @@
-"""Which parameters are decayed, and DINO's gradient clipping: shared by DINO and supervised training."""
+"""Which parameters are decayed, each step's lr and weight decay on them, and DINO's gradient clipping:
+shared by DINO, MAE and supervised training."""
 from __future__ import annotations
 
 import torch
@@ -14,6 +15,15 @@ def param_groups(module: nn.Module) -> list[dict]:
             continue
         (no_decay if name.endswith(".bias") or p.ndim == 1 else decay).append(p)
     return [{"params": decay, "name": "decay"}, {"params": no_decay, "name": "no_decay", "weight_decay": 0.0}]
+
+
+def set_step_values(optimizer, lr: float, weight_decay: float) -> None:
+    """This step's values from the schedules: ``lr`` on every group, ``weight_decay`` on the ``decay`` group
+    only (``param_groups``: biases and 1-D parameters stay at 0). Every training module calls it first."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+        if group["name"] == "decay":
+            group["weight_decay"] = weight_decay
 
 
 @torch.no_grad()

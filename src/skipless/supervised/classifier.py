@@ -27,7 +27,7 @@ from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
 from ..models.vit import create_vit
 from ..optim import optimizer_from_config
-from ..optim.param_groups import param_groups
+from ..optim.param_groups import param_groups, set_step_values
 from ..optim.schedules import cosine_schedule
 from ..step_scalars import device_scalars
 from ..summary import peak_lr
@@ -94,10 +94,7 @@ class Supervised(pl.LightningModule):
         i = min(step, len(self.schedules["lr"]) - 1)
         lr, wd = float(self.schedules["lr"][i]), float(self.schedules["wd"][i])
         opt = self.optimizers()
-        for group in opt.param_groups:
-            group["lr"] = lr
-            if group["name"] == "decay":
-                group["weight_decay"] = wd
+        set_step_values(opt, lr, wd)
 
         images, labels = batch
         train_metrics = {}

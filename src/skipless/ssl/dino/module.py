@@ -31,7 +31,7 @@ from ...divergence import stop_if_diverged
 from ...full_precision import full_precision
 from ...models.compile import compile_in_place
 from ...optim import optimizer_from_config
-from ...optim.param_groups import clip_gradients_per_parameter, param_groups
+from ...optim.param_groups import clip_gradients_per_parameter, param_groups, set_step_values
 from ...optim.schedules import cosine_schedule, linear_then_constant
 from ...step_scalars import device_scalars
 from ...summary import peak_lr
@@ -140,10 +140,7 @@ class DINO(pl.LightningModule):
         i = min(step, len(self.schedules["lr"]) - 1)
         lr, wd, momentum, temp = (float(self.schedules[k][i]) for k in ("lr", "wd", "momentum", "teacher_temp"))
         opt = self.optimizers()
-        for group in opt.param_groups:
-            group["lr"] = lr
-            if group["name"] == "decay":
-                group["weight_decay"] = wd
+        set_step_values(opt, lr, wd)
 
         if step == 0 and self.global_rank == 0:
             self._log_crops(crops)

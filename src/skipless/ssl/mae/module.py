@@ -30,7 +30,7 @@ from ...divergence import stop_if_diverged
 from ...full_precision import full_precision
 from ...models.compile import compile_in_place
 from ...optim import optimizer_from_config
-from ...optim.param_groups import clip_gradients_per_parameter, param_groups
+from ...optim.param_groups import clip_gradients_per_parameter, param_groups, set_step_values
 from ...optim.schedules import cosine_schedule
 from ...step_scalars import device_scalars
 from ...summary import peak_lr
@@ -102,10 +102,7 @@ class MAE(pl.LightningModule):
         i = min(step, len(self.schedules["lr"]) - 1)
         lr, wd = float(self.schedules["lr"][i]), float(self.schedules["wd"][i])
         opt = self.optimizers()
-        for group in opt.param_groups:
-            group["lr"] = lr
-            if group["name"] == "decay":
-                group["weight_decay"] = wd
+        set_step_values(opt, lr, wd)
 
         loss, pred, mask = self.net(images)
         opt.zero_grad(set_to_none=True)
