@@ -57,7 +57,7 @@ def test_mae_demo_is_a_few_cells_of_the_cpu_demo_on_the_default(tmp_path):
     assert all((c.choices.recipe, c.data.name, c.model.arch) == ("mae-demo", "default", "vit_tiny")
                for c in runs.values())
     evals = [j for j in jobs if j.kind == "eval"]
-    assert {j.labels["epoch"] for j in evals} == {"8"} and len(evals) == 6
+    assert {j.labels["epoch"] for j in evals} == {"20"} and len(evals) == 6
     assert all("dataset=default" in j.overrides for j in evals)
     assert len([c for c in skipped if c["kind"] == "run"]) == 11
 
@@ -87,9 +87,9 @@ def test_figure5_reads_several_checkpoints_and_the_runs_rank_files(tmp_path):
     series = next(r for r in experiment.report if r["kind"] == "series")
     assert (series["file"], series["metric"]) == ("rank.jsonl", "rho")
     jobs, _ = plan(experiment, "demo", tmp_path, exports=list(load_config("paper").exports.demo))
-    assert sorted({j.labels["epoch"] for j in jobs if j.kind == "eval"}, key=int) == ["2", "4", "8"]
+    assert sorted({j.labels["epoch"] for j in jobs if j.kind == "eval"}, key=int) == ["2", "4", "20"]
     cfg = _cfg(next(j for j in jobs if j.kind == "run"))
-    assert list(cfg.train.export_epochs) == [1, 2, 3, 4, 8] and cfg.diagnostics.rank_images > 0
+    assert list(cfg.train.export_epochs) == [1, 2, 3, 4, 20] and cfg.diagnostics.rank_images > 0
 
 
 def _readme_table(title_regex: str) -> dict[str, list]:
