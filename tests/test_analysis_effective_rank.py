@@ -113,3 +113,27 @@ def test_fewer_than_two_images_is_refused_in_one_sentence():
     assert isinstance(err.value, SkiplessError) and str(err.value).count(". ") == 0
     with pytest.raises(EffectiveRankError, match="N >= 2"):
         effective_rank(torch.randn(1, 8))
+
+
+def test_class_token_rank_is_the_effective_rank_of_the_last_blocks_cls_before_and_after_the_norm():
+    """Seed 002's Fig. 5 quantity (analysis/class_token_rank.py) against the features read directly: the
+    last block's CLS rows, normed by the backbone's own final LayerNorm for the "after" reading, batched or not."""
+    import math
+
+    from skipless.analysis.class_token_rank import class_token_rank
+    from skipless.analysis.effective_rank import covariance_eigenvalues, spectral_entropy
+    from skipless.models import create_vit
+    from skipless.models.features import extract_features
+
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", residual="skip", depth=2, img_size=32).eval()
+    model.norm.weight.data.uniform_(0.5, 2.0)  # a norm that is not the identity on normalised rows
+    images = torch.randn(12, 3, 32, 32)
+    with torch.no_grad():
+        raw = extract_features(model, images, [1], ("out",))[("out", 1)][:, 0]
+        normed = extract_features(model, images, [1], ("out",), norm=True)[("out", 1)][:, 0]
+    result = class_token_rank(model, images, batch_size=5)
+    for key, feats in (("rho_pre_norm", raw), ("rho", normed)):
+        assert result[key] == pytest.approx(spectral_entropy(covariance_eigenvalues(feats)), rel=1e-5)
+    assert result["erank"] == pytest.approx(math.exp(result["rho"]), rel=1e-9) and result["images"] == 12
+    assert abs(result["rho"] - result["rho_pre_norm"]) > 1e-3  # the two readings are different features

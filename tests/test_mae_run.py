@@ -17,6 +17,7 @@ from skipless.pretrain import main, pretrain, run_dir_of
 from skipless.ssl import method_of
 from skipless.ssl.mae.skips import mirror_skip_pairs
 from skipless.summary import pretrain_header
+from tiny_runs import Losses
 
 TINY = [
     "ssl=mae", "model=decayed", "model.arch=vit_tiny", "model.depth=4", "model.img_size=32",
@@ -36,14 +37,6 @@ def data_root(tmp_path_factory):
 
 def tiny_cfg(tmp_path: Path, data_root: Path, *extra: str):
     return load_config("pretrain", [*TINY, f"data.root={data_root}", f"run.root={tmp_path / 'runs'}", *extra])
-
-
-class LossRecorder(pl.Callback):
-    def __init__(self):
-        self.losses = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.losses.append(float(outputs["loss"] if isinstance(outputs, dict) else outputs))
 
 
 class StopAfterEpoch(pl.Callback):
@@ -96,22 +89,22 @@ def test_param_groups_betas_constant_weight_decay_and_no_clipping(tmp_path, data
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, data_root):
-    straight = LossRecorder()
+    straight = Losses()
     pretrain(tiny_cfg(tmp_path, data_root, "run.name=straight", "train.epochs=2"), extra_callbacks=[straight])
-    first, second = LossRecorder(), LossRecorder()
+    first, second = Losses(), Losses()
     cfg = tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2")
     pretrain(cfg, extra_callbacks=[first, StopAfterEpoch(1)])
     pretrain(tiny_cfg(tmp_path, data_root, "run.name=resumed", "train.epochs=2", "run.resume=true"),
              extra_callbacks=[second])
-    assert len(straight.losses) == 8 and len(first.losses) == 4 and len(second.losses) == 4
-    torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses),
+    assert len(straight.values) == 8 and len(first.values) == 4 and len(second.values) == 4
+    torch.testing.assert_close(torch.tensor(first.values + second.values), torch.tensor(straight.values),
                                rtol=1e-5, atol=1e-6)
 
 
 def test_bf16_mixed_trains_and_the_loss_stays_float32(tmp_path, data_root):
-    losses = LossRecorder()
+    losses = Losses()
     trainer, module = pretrain(tiny_cfg(tmp_path, data_root, "train.precision=bf16-mixed"), extra_callbacks=[losses])
-    assert len(losses.losses) == 4 and all(np.isfinite(losses.losses))
+    assert len(losses.values) == 4 and all(np.isfinite(losses.values))
     assert all(p.dtype == torch.float32 for p in module.parameters())
 
 

@@ -16,7 +16,7 @@ import math
 import torch
 from torch import nn
 
-from ..models.features import extract_features
+from ..models.features import extract_features, final_layer_norm
 from .effective_rank import covariance_eigenvalues, spectral_entropy
 from .eval_mode import measuring
 
@@ -34,11 +34,13 @@ def class_token_rank(model: nn.Module, images: torch.Tensor, batch_size: int = 6
     pre, post = [], []
     last = len(model.blocks) - 1
     device = next(model.parameters()).device
+    norm = final_layer_norm(model)
     with measuring(model):
         for start in range(0, images.shape[0], batch_size):
             x = images[start:start + batch_size].to(device)
-            pre.append(extract_features(model, x, [last], ("out",))[("out", last)][:, 0].float().cpu())
-            post.append(extract_features(model, x, [last], ("out",), norm=True)[("out", last)][:, 0].float().cpu())
+            tokens = extract_features(model, x, [last], ("out",))[("out", last)]
+            pre.append(tokens[:, 0].float().cpu())
+            post.append(norm(tokens)[:, 0].float().cpu())  # one pass: the final norm is per token
     before, after = _rank(torch.cat(pre)), _rank(torch.cat(post))
     return {"rho_pre_norm": before["rho"], "erank_pre_norm": before["erank"], "rho": after["rho"],
             "erank": after["erank"], "images": int(images.shape[0])}

@@ -112,11 +112,13 @@ class MAE(pl.LightningModule):
                 clip_gradients_per_parameter(self.net.parameters(), self.cfg.optim.clip_grad)
             opt.step()
         stop_if_diverged(self, loss, step)
-        with torch.no_grad():
-            floor = mean_patch_baseline(images.float(), self.net.patch_size, mask, self.net.norm_pix_loss)
-        self.log_dict({"train/loss": loss.detach(), "train/mean_patch_loss": floor,
-                       **device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)},
-                      on_step=True, prog_bar=False, batch_size=images.shape[0])
+        scalars = {"train/loss": loss.detach(),
+                   **device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)}
+        if step % int(self.cfg.train.log_every_n_steps) == 0:  # the floor only where a step is written
+            with torch.no_grad():
+                scalars["train/mean_patch_loss"] = mean_patch_baseline(images.float(), self.net.patch_size, mask,
+                                                                       self.net.norm_pix_loss)
+        self.log_dict(scalars, on_step=True, prog_bar=False, batch_size=images.shape[0])
         return loss.detach()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
