@@ -42,7 +42,10 @@ _TOP = {"title", "source", "runs", "evaluations", "report"}
 _RUNS = {"entry", "axes", "scales", "epochs"}
 _EVAL = {"entry", "axes", "scales", "result", "metric"}
 _REPORT = {"kind", "title", "evaluation", "metric", "rows", "columns", "lines", "epoch", "reference", "images", "tags",
-           "file", "x"}
+           "file", "x", "panels", "note"}
+# What a curve and a history are drawn against, the first by default (report.py): a curve, the blocks of one
+# checkpoint or the checkpoints' epochs; a history, the training step or the epoch (each epoch's mean).
+X_AXES = {"curve": ("block", "epoch"), "history": ("step", "epoch")}
 
 
 class ExperimentError(SkiplessError, ValueError):
@@ -222,8 +225,11 @@ def _check_report(experiment: Experiment, where: str) -> None:
             raise _fail(f"{at}.file", "a series names the JSON-lines file of each run it reads (file: rank.jsonl)")
         if item["evaluation"] == RUNS and item["kind"] == "table" and not item.get("metric"):
             raise _fail(f"{at}.metric", "a report on the runs names its metric, a key of their summary.json")
+        allowed_x = X_AXES.get(item["kind"])
+        if allowed_x and item.get("x", allowed_x[0]) not in allowed_x:
+            raise _fail(f"{at}.x", f"a {item['kind']} is drawn against {' or '.join(allowed_x)}, not {item['x']!r}")
         names = set(axis_names(experiment, item["evaluation"]))
-        for key in ("rows", "columns", "lines"):
+        for key in ("rows", "columns", "lines", "panels"):
             bad = [a for a in item.get(key) or [] if a not in names]
             if bad:
                 raise _fail(f"{at}.{key}", f"unknown axes {bad}; expected some of {', '.join(sorted(names))}")

@@ -3,7 +3,8 @@
 ``<scale folder>/<experiment>/report.md``, written from what is on disk (the job markers and result
 files), so it can be written at any time: cells whose job is not done say why (not run at this
 scale, failed with its error, blocked by a failed training, not run yet). Items of the experiment
-file's ``report``:
+file's ``report`` (any of them may carry a ``note``, a paragraph under its title: which protocol made
+its numbers, where the paper contradicts itself):
 
 - ``table``: one number per cell (``metric``, a dotted key of the result JSON), laid out as the paper's
   table (``rows`` and ``columns`` name axes); each cell reads ``ours (paper, ours - paper)``, and the
@@ -11,16 +12,23 @@ file's ``report``:
   ``summary.json`` (a supervised run's ``val.top1``: Table 1). A condition number that did not converge
   is shown as the lower bound it is (``>= x``), an infinite one as ∞. A cell whose training collapsed
   (the run's ``summary.json`` says ``collapsed``) reads ``<number> collapsed``, with the reasons under
-  the table; so do the curves' best blocks and the histories' runs.
-- ``curve``: a value per block (``metric`` a ``{block: value}`` mapping, e.g. TokenCut's CorLoc),
-  one line per cell in one figure (``figures/<item>.png``), and the best block of each line against
-  the paper's.
+  the table; so do the curves' best blocks and the histories' runs. ``reference.epoch`` says which epoch
+  the paper's numbers are at; ``reference.epochs: {<epoch>: {rows: ...}}`` gives its numbers at other
+  epochs (Table 2's 200-epoch columns), used in the table of that very epoch.
+- ``curve``: ``x: block`` (the default), a value per block (``metric`` a ``{block: value}`` mapping, e.g.
+  TokenCut's CorLoc), one line per cell in one figure (``figures/<item>.png``), and the best block of
+  each line against the paper's (``reference.values``, and ``reference.epochs: {<epoch>: {values: ...}}``).
+  ``x: epoch``: one number per cell (the probe's mIoU, TokenCut's ``best_corloc``) at every checkpoint
+  evaluated, a panel per ``panels`` combination and a line per ``lines`` one (Figure 2), the paper's
+  numbers as hollow squares, and the numbers as a table with a column per epoch.
 - ``images``: the figures the evaluator wrote (``images``: a glob under each job's output), embedded.
-- ``history``: the training runs' TensorBoard scalars (``tags``, e.g. ``train/loss``, ``val/top1``)
-  against the step, one panel per tag and one line per run (seeds/004's Figure 1: loss curves), and
-  each run's last value of each tag.
+- ``history``: the training runs' TensorBoard scalars (``tags``, e.g. ``train/loss``, ``val/top1``;
+  ``run_scalars.py``), one panel per tag (and per ``panels`` combination) and one line per run: against
+  the step with each run's last value (seeds/004's Figure 1), or with ``x: epoch`` each epoch's mean
+  against the epoch, tabulated at a few epochs (Ji et al.'s Figures 1 and 9: the training loss).
 - ``series``: a value per epoch from a JSON-lines file of each training run (``rank.jsonl``'s effective
-  rank, seed 002's Figure 5a; ``series.py``), at the epochs the evaluations read.
+  rank, seed 002's Figure 5a; ``diagnostics.jsonl``'s condition numbers, Tables 5-6 as measured during
+  training; ``series.py``), at the epochs the evaluations read, beside the paper's (``reference``).
 
 A table whose ``rows`` or ``columns`` name ``epoch`` is one table over the epochs chosen (Tables 5-6,
 Figure 5b: one column per checkpoint); otherwise each epoch gets its own table.
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -38,18 +47,10 @@ from skipless.atomic import atomic_write
 
 from .experiment import RUNS, Experiment, axis_names
 from .jobs import Job, job_state, read_marker, result_files
-from .series import series_section
+from .run_scalars import epoch_means, read_scalars
+from .series import metric_of, series_section
 
 NOT_AT_SCALE = "not at this scale"
-
-
-def metric_of(data: Any, path: str) -> Any:
-    """``data[a][b]...`` for ``path = "a.b"``; None when a key is missing."""
-    for key in path.split("."):
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
 
 
 def collapse_of(folder: Path, job: Job, runs: dict[str, Job]) -> str | None:
@@ -158,6 +159,17 @@ def _combos(records: list[dict[str, Any]], axes: list[str], experiment: Experime
             if c in present]
 
 
+def paper_at(ref: dict[str, Any], epoch: str | None, key: str = "rows") -> tuple[dict[str, Any], Any]:
+    """(the paper's numbers of a ``reference`` block for the table or curve of ``epoch``, the epoch they are
+    at): ``reference.epochs.<epoch>.<key>`` where the paper prints numbers at that very epoch (Table 2's
+    200-epoch columns), else ``reference.<key>``, at ``reference.epoch``, whatever epoch ours is (the demo's
+    4 against the paper's 300)."""
+    other = (ref.get("epochs") or {}).get(str(epoch)) if epoch is not None else None
+    if other is not None:
+        return {str(k): v for k, v in (other.get(key) or {}).items()}, epoch
+    return {str(k): v for k, v in (ref.get(key) or {}).items()}, ref.get("epoch")
+
+
 def table_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment) -> str:
     from eval.shared.report import markdown_table
 
@@ -167,11 +179,11 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
     rows, cols = list(item.get("rows") or []), list(item.get("columns") or [])
     ref = item.get("reference") or {}
     ref_cols = [str(c) for c in ref.get("columns", [])]
-    ref_rows = {str(k): v for k, v in (ref.get("rows") or {}).items()}
     out = []
     epochs = _epochs(mine, item.get("epoch"))
     across = "epoch" in rows + cols  # one table, a row or column per epoch
     for epoch in [None] if across else epochs:
+        ref_rows, ref_epoch = paper_at(ref, epoch)
         at = [r for r in mine if r["labels"].get("epoch") in ((*epochs, None) if across else (epoch, None))]
         col_combos, row_combos = _combos(at, cols, experiment, ev), _combos(at, rows, experiment, ev)
         body = []
@@ -183,23 +195,36 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
                 paper = None
                 row_ref, key = ref_rows.get("/".join(rc)), "/".join(cc) or metric
                 if row_ref is not None and key in ref_cols:
-                    paper = ref_rows["/".join(rc)][ref_cols.index(key)]
+                    paper = row_ref[ref_cols.index(key)]
                 line.append(_cell_text(found, metric, paper))
             body.append(line)
         header = ["/".join(rows) or "", *("/".join(c) or metric for c in col_combos)]
-        paper_epoch = f"; the paper's numbers are at epoch {ref['epoch']}" if "epoch" in ref else ""
+        paper_epoch = f"; the paper's numbers are at epoch {ref_epoch}" if ref_epoch is not None else ""
         when = (f"Epoch {epoch}{paper_epoch}. " if epoch is not None
                 else f"Epochs {', '.join(epochs)}{paper_epoch}. " if across else "")
         out.append(f"{when}Cells: ours (paper, ours - paper), {metric}.\n\n" + markdown_table(header, body)
                    + collapse_notes(at))
-    if ref_rows:
-        out.append("The paper's table:\n\n" + markdown_table(
-            ["/".join(rows) or "", *ref_cols], [[k, *(number(v) for v in vals)] for k, vals in ref_rows.items()]))
+    out += paper_tables(ref, "/".join(rows) or "")
     return "\n".join(out)
+
+
+def paper_tables(ref: dict[str, Any], corner: str) -> list[str]:
+    """The paper's numbers of a ``reference`` block as it prints them: its table, then its table at each
+    other epoch it gives (``reference.epochs``)."""
+    from eval.shared.report import markdown_table
+
+    ref_cols = [str(c) for c in ref.get("columns", [])]
+    blocks = [("", ref.get("rows"))] + [(f" at epoch {e}", other.get("rows"))
+                                       for e, other in (ref.get("epochs") or {}).items()]
+    return [f"The paper's table{when}:\n\n" + markdown_table([corner, *ref_cols],
+                                                           [[k, *(number(v) for v in vals)] for k, vals in rows.items()])
+            for when, rows in blocks if rows]
 
 
 def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
                   index: int) -> str:
+    if item.get("x") == "epoch":
+        return epoch_curve_section(item, records, experiment, folder, index)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -209,12 +234,12 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
     ev, metric = item["evaluation"], item.get("metric") or experiment.evaluations[item["evaluation"]].metric
     lines_axes = list(item.get("lines") or axis_names(experiment, ev))
     ref = item.get("reference") or {}
-    ref_values = {str(k): v for k, v in (ref.get("values") or {}).items()}
     mine = [r for r in records if r["evaluation"] == ev]
     epochs = _epochs(mine, item.get("epoch"))
     fig, ax = plt.subplots(figsize=(7, 4))
     body = []
     for epoch in epochs:
+        ref_values, _ = paper_at(ref, epoch, "values")
         for combo in _combos([r for r in mine if r["labels"].get("epoch") == epoch], lines_axes, experiment, ev):
             label = "/".join(combo)
             want = dict(zip(lines_axes, combo))
@@ -243,8 +268,72 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
     fig.savefig(figure, dpi=90)
     plt.close(fig)
     what = ref.get("what", f"best block of {metric}")
-    return (f"![{ev}](figures/{figure.name})\n\n{what}: ours (paper, ours - paper).\n\n"
+    return (f"![{ev}](figures/{figure.name})\n\n{what}: ours (paper, ours - paper){_paper_epochs(ref)}.\n\n"
             + markdown_table(["/".join(lines_axes), "epoch", "best", "block"], body) + collapse_notes(mine))
+
+
+def _paper_epochs(ref: dict[str, Any]) -> str:
+    """Which epoch the paper's numbers of a curve's ``reference`` are at, as a clause ('' when unsaid)."""
+    if "epoch" not in ref:
+        return ""
+    others = list(ref.get("epochs") or {})
+    return (f"; the paper's numbers are at epoch {ref['epoch']}"
+            + (f" (on a row of epoch {', '.join(others)}, the paper's at that epoch)" if others else ""))
+
+
+def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
+                        index: int) -> str:
+    """A ``curve`` with ``x: epoch``: one number of each cell (``metric``, a scalar: the probe's mIoU,
+    TokenCut's best defined block) at every checkpoint evaluated, a panel per combination of ``panels``
+    and a line per combination of ``lines`` (Ji et al., Figure 2: the dense probe throughout pretraining),
+    the paper's numbers as hollow squares at their epochs (``reference``: ``columns`` epochs, ``rows``
+    keyed panel/line), then the numbers as a table (``table_section``, a column per epoch)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ev = item["evaluation"]
+    metric = item.get("metric") or experiment.evaluations[ev].metric
+    panels = list(item.get("panels") or [])
+    lines = list(item.get("lines") or [a for a in axis_names(experiment, ev) if a not in panels and a != "epoch"])
+    ref = item.get("reference") or {}
+    ref_cols = [int(c) for c in ref.get("columns", [])]
+    ref_rows = {str(k): v for k, v in (ref.get("rows") or {}).items()}
+    mine = [r for r in records if r["evaluation"] == ev and str(r["labels"].get("epoch")).isdigit()]
+    epochs = [int(e) for e in _epochs(mine, "all")]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    panel_combos = _combos(mine, panels, experiment, ev)
+    fig, axes = plt.subplots(1, max(1, len(panel_combos)), figsize=(4.2 * max(1, len(panel_combos)), 3.6),
+                             squeeze=False)
+    for ax, pc in zip(axes.flat, panel_combos):
+        here = [r for r in mine if all(r["labels"].get(a) == v for a, v in zip(panels, pc))]
+        for i, lc in enumerate(_combos(here, lines, experiment, ev)):
+            cells = [r for r in here if all(r["labels"].get(a) == v for a, v in zip(lines, lc))]
+            ours = sorted((int(r["labels"]["epoch"]), metric_of(r["result"], metric)) for r in cells
+                          if r["state"] == "done")
+            ours = [(e, v) for e, v in ours if isinstance(v, (int, float)) and math.isfinite(v)]
+            colour = colours[i % len(colours)]
+            if ours:
+                ax.plot(*zip(*ours), marker="o", markersize=4, color=colour, label="/".join(lc))
+            paper = [(e, v) for e, v in zip(ref_cols, ref_rows.get("/".join(pc + lc), []))
+                     if v is not None and epochs and epochs[0] <= e <= epochs[-1]]  # not the paper's 300 beside a demo's 4
+            if paper:
+                ax.plot(*zip(*paper), linestyle="none", marker="s", markerfacecolor="none", color=colour)
+        ax.set_title("/".join(pc) or metric, fontsize=9)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.set_ylabel(metric, fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    figure = folder / experiment.name / "figures" / f"{index:02d}-{ev}-epochs.png"
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(figure, dpi=90)
+    plt.close(fig)
+    table = table_section({**item, "rows": panels + lines, "columns": ["epoch"], "epoch": "all"}, records, experiment)
+    return (f"![{ev} over training](figures/{figure.name})\n\n{metric} of each checkpoint, a line per "
+            f"{'/'.join(lines)}" + (f", a panel per {'/'.join(panels)}" if panels else "")
+            + "; hollow squares: the paper's numbers.\n\n" + table)
 
 
 def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
@@ -260,21 +349,13 @@ def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: 
     return "\n".join(lines) or "No images yet."
 
 
-def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
-    """``(step, value)`` of a TensorBoard scalar of a run (its ``tb/`` events, resumed runs included)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    points: dict[int, float] = {}
-    for events in sorted((run_dir / "tb").rglob("events.out.tfevents.*")):
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
-        if tag in acc.Tags().get("scalars", []):
-            points.update({e.step: e.value for e in acc.Scalars(tag)})
-    return sorted(points.items())
-
-
 def history_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
                     index: int) -> str:
+    """A ``history`` item: the finished training runs' TensorBoard scalars (``tags``, ``train/loss`` by
+    default; ``run_scalars.py``), a panel per tag and per combination of the ``panels`` axes (Ji et al.'s
+    Figure 1: AdamW left, SOAP right), a line per run. ``x: step`` (the default) draws every logged point
+    and tabulates each curve's last value; ``x: epoch`` draws each epoch's mean (Figures 1 and 9, the
+    training loss over 300 epochs) and tabulates it at a few epochs (``history_epochs``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -282,41 +363,89 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
     from eval.shared.report import markdown_table
 
     tags = list(item.get("tags") or ["train/loss"])
+    by_epoch = item.get("x") == "epoch"
+    panels = list(item.get("panels") or [])
     runs = [r for r in records if r["evaluation"] == RUNS and r["state"] == "done"]
-    fig, axes = plt.subplots(1, len(tags), figsize=(4.5 * len(tags), 3.6), squeeze=False)
-    body = []
+    curves = {}  # job -> tag -> [(x, value)]
     for r in runs:
-        label = "/".join(r["labels"].values())
-        last = []
-        for ax, tag in zip(axes.flat, tags):
-            points = scalars(r["file"].parent, tag)
-            if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], label=label,
-                        marker="o" if len(points) < 30 else None, markersize=3)
-            last.append(points[-1][1] if points else None)
-        body.append([label + collapsed_mark(r), *last])
-    for ax, tag in zip(axes.flat, tags):
-        ax.set_title(tag, fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-    if runs:
-        axes.flat[0].legend(fontsize=7)
+        if by_epoch:
+            curves[r["job"]] = {t: sorted(m.items()) for t, m in epoch_means(r["file"].parent, tags).items()}
+        else:
+            curves[r["job"]] = read_scalars(r["file"].parent, tags)
+    panel_combos = _combos(runs, panels, experiment, RUNS) or [()]
+    fig, axes = plt.subplots(len(tags), len(panel_combos), figsize=(4.5 * len(panel_combos), 3.6 * len(tags)),
+                             squeeze=False)
+    for row, tag in enumerate(tags):
+        for col, pc in enumerate(panel_combos):
+            ax = axes[row][col]
+            for r in runs:
+                if any(r["labels"].get(a) != v for a, v in zip(panels, pc)):
+                    continue
+                points = curves[r["job"]][tag]
+                if points:
+                    ax.plot([p[0] for p in points], [p[1] for p in points],
+                            label="/".join(v for a, v in r["labels"].items() if a not in panels),
+                            marker="o" if len(points) < 30 else None, markersize=3)
+            ax.set_title(" ".join(filter(None, [tag, "/".join(pc)])), fontsize=9)
+            ax.set_xlabel("epoch (each epoch's mean)" if by_epoch else "step", fontsize=8)
+            if ax.lines:
+                ax.legend(fontsize=7)
     figure = folder / experiment.name / "figures" / f"{index:02d}-history.png"
     figure.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(figure, dpi=90)
     plt.close(fig)
-    return (f"![history](figures/{figure.name})\n\nThe last value of each curve:\n\n"
-            + markdown_table(["run", *tags], body, float_format=".3g") + collapse_notes(runs))
+    shown = f"![history](figures/{figure.name})\n\n"
+    labels = {r["job"]: "/".join(r["labels"].values()) + collapsed_mark(r) for r in runs}
+    if not by_epoch:
+        body = [[labels[r["job"]], *(curves[r["job"]][t][-1][1] if curves[r["job"]][t] else None for t in tags)]
+                for r in runs]
+        return (shown + "The last value of each curve:\n\n" + markdown_table(["run", *tags], body, float_format=".3g")
+                + collapse_notes(runs))
+    evaluated = [int(e) for e in _epochs([r for r in records if r["evaluation"] != RUNS], "all") if str(e).isdigit()]
+    last = max((p[0] for c in curves.values() for points in c.values() for p in points), default=0)
+    columns = history_epochs(last, evaluated)
+    for tag in tags:
+        body = [[labels[r["job"]], *(dict(curves[r["job"]][tag]).get(e) for e in columns)] for r in runs]
+        shown += (f"The mean {tag} of each run over an epoch, at epochs {', '.join(map(str, columns))}:\n\n"
+                  + markdown_table(["run", *map(str, columns)], body, float_format=".4g") + "\n\n")
+    return shown.rstrip() + collapse_notes(runs)
+
+
+def history_epochs(last: int, evaluated: list[int]) -> list[int]:
+    """The epochs a ``history`` over epochs tabulates: the first, each quarter of the runs' ``last`` epoch
+    and the last (300: 1, 75, 150, 225, 300), and the epochs the experiment evaluates."""
+    if last < 1:
+        return []
+    quarters = {max(1, round(last * q / 4)) for q in (1, 2, 3)}
+    return sorted({1, last, *quarters, *(e for e in evaluated if 1 <= e <= last)})
 
 
 def series_part(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
                 index: int) -> str:
-    """A ``series`` item (``series.py``) for the finished training runs, at the epochs the evaluations read."""
+    """A ``series`` item (``series.py``) for the finished training runs, at the epochs the evaluations read:
+    a row per run named by its ``lines`` axes, each cell ours (paper, ours - paper) where ``reference``
+    gives the paper's number, written as a table's cells are (∞, a condition number's lower bound)."""
     runs = [r for r in records if r["evaluation"] == RUNS and r["state"] == "done"]
-    lines = [("/".join(r["labels"].values()) + collapsed_mark(r), r["file"].parent) for r in runs]
+    axes = list(item.get("lines") or [a.name for a in experiment.runs.axes])
+    plain = ["/".join(r["labels"][a] for a in axes) for r in runs]  # as the reference names the rows
+    shown = [label + collapsed_mark(r) for label, r in zip(plain, runs)]
+    named = dict(zip(shown, plain))
+    metric = item.get("metric", "rho")
+    ref = item.get("reference") or {}
+    ref_cols = [str(c) for c in ref.get("columns", [])]
+    ref_rows, _ = paper_at(ref, None)
+
+    def cell(line: dict[str, Any] | None, label: str, column: str) -> str:
+        row = ref_rows.get(named[label])
+        paper = row[ref_cols.index(column)] if row is not None and column in ref_cols else None
+        return _cell_text(None if line is None else {"state": "done", "result": line}, metric, paper)
+
+    lines = [(label, r["file"].parent) for label, r in zip(shown, runs)]
     evaluated = [e for e in _epochs([r for r in records if r["evaluation"] != RUNS], "all") if str(e).isdigit()]
     figure = folder / experiment.name / "figures" / f"{index:02d}-series.png"
-    return series_section(item, lines, evaluated, figure) + collapse_notes(runs)
+    return "\n\n".join([series_section(item, lines, evaluated, figure, cell), *paper_tables(ref, "/".join(axes))]
+                       ) + collapse_notes(runs)
 
 
 def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Job],
@@ -328,6 +457,8 @@ def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Jo
              f"{experiment.source}. Scale: **{scale}**. Written {time.strftime('%Y-%m-%d %H:%M')} by `{command}`.", ""]
     for i, item in enumerate(experiment.report):
         parts += [f"## {item.get('title', item['evaluation'])}", ""]
+        if item.get("note"):  # what the numbers are (a protocol, the paper's own inconsistencies), in words
+            parts += [" ".join(str(item["note"]).split()), ""]
         if item["kind"] == "table":
             parts.append(table_section(item, records, experiment))
         elif item["kind"] == "curve":
