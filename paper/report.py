@@ -170,6 +170,16 @@ def paper_at(ref: dict[str, Any], epoch: str | None, key: str = "rows") -> tuple
     return {str(k): v for k, v in (ref.get(key) or {}).items()}, ref.get("epoch")
 
 
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a report's figure as a PNG at ``path`` (beside report.md, its folder made) and free it."""
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def table_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment) -> str:
     from eval.shared.report import markdown_table
 
@@ -263,10 +273,7 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
     if ax.lines:
         ax.legend(fontsize=7)
     figure = folder / experiment.name / "figures" / f"{index:02d}-{ev}.png"
-    figure.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(figure, dpi=90)
-    plt.close(fig)
+    save_figure(fig, figure)
     what = ref.get("what", f"best block of {metric}")
     return (f"![{ev}](figures/{figure.name})\n\n{what}: ours (paper, ours - paper){_paper_epochs(ref)}.\n\n"
             + markdown_table(["/".join(lines_axes), "epoch", "best", "block"], body) + collapse_notes(mine))
@@ -278,7 +285,7 @@ def _paper_epochs(ref: dict[str, Any]) -> str:
         return ""
     others = list(ref.get("epochs") or {})
     return (f"; the paper's numbers are at epoch {ref['epoch']}"
-            + (f" (on a row of epoch {', '.join(others)}, the paper's at that epoch)" if others else ""))
+            + "".join(f" (on the epoch-{e} rows, its epoch-{e} numbers where it gives them)" for e in others))
 
 
 def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
@@ -292,6 +299,7 @@ def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], exp
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     ev = item["evaluation"]
     metric = item.get("metric") or experiment.evaluations[ev].metric
@@ -303,17 +311,21 @@ def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], exp
     mine = [r for r in records if r["evaluation"] == ev and str(r["labels"].get("epoch")).isdigit()]
     epochs = [int(e) for e in _epochs(mine, "all")]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    panel_combos = _combos(mine, panels, experiment, ev)
-    fig, axes = plt.subplots(1, max(1, len(panel_combos)), figsize=(4.2 * max(1, len(panel_combos)), 3.6),
-                             squeeze=False)
+    panel_combos, line_combos = _combos(mine, panels, experiment, ev), _combos(mine, lines, experiment, ev)
+    count = max(1, len(panel_combos))
+    across = min(3, count)  # panels per row of the figure
+    down = math.ceil(count / across)
+    fig, axes = plt.subplots(down, across, figsize=(4.2 * across, 3.4 * down), squeeze=False)
+    for ax in list(axes.flat)[len(panel_combos):]:
+        ax.set_visible(False)
     for ax, pc in zip(axes.flat, panel_combos):
         here = [r for r in mine if all(r["labels"].get(a) == v for a, v in zip(panels, pc))]
-        for i, lc in enumerate(_combos(here, lines, experiment, ev)):
+        for lc in _combos(here, lines, experiment, ev):
             cells = [r for r in here if all(r["labels"].get(a) == v for a, v in zip(lines, lc))]
             ours = sorted((int(r["labels"]["epoch"]), metric_of(r["result"], metric)) for r in cells
                           if r["state"] == "done")
             ours = [(e, v) for e, v in ours if isinstance(v, (int, float)) and math.isfinite(v)]
-            colour = colours[i % len(colours)]
+            colour = colours[line_combos.index(lc) % len(colours)]  # one colour per line in every panel
             if ours:
                 ax.plot(*zip(*ours), marker="o", markersize=4, color=colour, label="/".join(lc))
             paper = [(e, v) for e, v in zip(ref_cols, ref_rows.get("/".join(pc + lc), []))
@@ -321,19 +333,17 @@ def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], exp
             if paper:
                 ax.plot(*zip(*paper), linestyle="none", marker="s", markerfacecolor="none", color=colour)
         ax.set_title("/".join(pc) or metric, fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch", fontsize=8)
         ax.set_ylabel(metric, fontsize=8)
         if ax.lines:
             ax.legend(fontsize=7)
     figure = folder / experiment.name / "figures" / f"{index:02d}-{ev}-epochs.png"
-    figure.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(figure, dpi=90)
-    plt.close(fig)
+    save_figure(fig, figure)
     table = table_section({**item, "rows": panels + lines, "columns": ["epoch"], "epoch": "all"}, records, experiment)
     return (f"![{ev} over training](figures/{figure.name})\n\n{metric} of each checkpoint, a line per "
             f"{'/'.join(lines)}" + (f", a panel per {'/'.join(panels)}" if panels else "")
-            + "; hollow squares: the paper's numbers.\n\n" + table)
+            + "; hollow squares: the paper's numbers at the epochs within ours.\n\n" + table)
 
 
 def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
@@ -360,6 +370,7 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     from eval.shared.report import markdown_table
 
     tags = list(item.get("tags") or ["train/loss"])
@@ -387,14 +398,12 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
                             label="/".join(v for a, v in r["labels"].items() if a not in panels),
                             marker="o" if len(points) < 30 else None, markersize=3)
             ax.set_title(" ".join(filter(None, [tag, "/".join(pc)])), fontsize=9)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("epoch (each epoch's mean)" if by_epoch else "step", fontsize=8)
             if ax.lines:
                 ax.legend(fontsize=7)
     figure = folder / experiment.name / "figures" / f"{index:02d}-history.png"
-    figure.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(figure, dpi=90)
-    plt.close(fig)
+    save_figure(fig, figure)
     shown = f"![history](figures/{figure.name})\n\n"
     labels = {r["job"]: "/".join(r["labels"].values()) + collapsed_mark(r) for r in runs}
     if not by_epoch:
