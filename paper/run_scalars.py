@@ -1,15 +1,16 @@
 """A training run's TensorBoard scalars, read back for the report's ``history`` items: the loss curves of
 Ji et al.'s Figure 1 (supervised ViT-B) and Figure 9 (DINO ViT-S) come out of the runs' own events.
 
-Every run writes its events under ``<run>/tb/`` (a resumed run adds files beside the first); Lightning
-logs, at each step that logs a metric through ``self.log``, the scalar ``epoch`` (0-based) beside it,
-which is how a step is placed in its epoch here.
+Every run writes its events under ``<run>/tb/`` (a resumed run adds files beside the first). At each
+step that logs a metric through ``self.log``, Lightning logs the 0-based epoch beside it, which the runs'
+logger writes as ``watch/epoch`` (``skipless/training/trainer.py``, ``RunLogger``): that is how a step is
+placed in its epoch here.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-EPOCH_TAG = "epoch"  # Lightning's own scalar: the 0-based epoch of the step it is logged at
+EPOCH_TAG = "watch/epoch"  # Lightning's own epoch scalar (0-based) as RunLogger names it
 
 
 def read_scalars(run_dir: Path, tags: list[str]) -> dict[str, list[tuple[int, float]]]:
@@ -31,7 +32,7 @@ def read_scalars(run_dir: Path, tags: list[str]) -> dict[str, list[tuple[int, fl
 
 def epoch_means(run_dir: Path, tags: list[str]) -> dict[str, dict[int, float]]:
     """``{tag: {epoch: mean}}``: each tag's mean over the steps of each epoch (1-based, as the paper counts
-    them), a step placed by the ``epoch`` scalar logged at the same step; steps without one are left out."""
+    them), a step placed by the epoch scalar logged at the same step; steps without one are left out."""
     found = read_scalars(run_dir, [*tags, EPOCH_TAG])
     epoch_of = {step: int(value) + 1 for step, value in found[EPOCH_TAG]}
     means: dict[str, dict[int, float]] = {}

@@ -12,7 +12,7 @@ from torch.utils.tensorboard import SummaryWriter
 from paper.experiment import ExperimentError, load_experiment
 from paper.jobs import plan, write_marker
 from paper.report import history_epochs, write_report
-from paper.run_scalars import epoch_means, read_scalars
+from paper.run_scalars import EPOCH_TAG, epoch_means, read_scalars
 from skipless.config import load_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -165,22 +165,26 @@ def _eval_done(base: Path, job, name: str, result: dict) -> None:
     write_marker(base, job, "done", seconds=1.0)
 
 
+def _log_like_a_run(run_dir: Path, points: list[tuple[int, int, float]]) -> None:
+    """(step, 0-based epoch, loss) logged as a training run logs them: Lightning hands its logger each step's
+    metrics with ``epoch`` added, the runs' ``RunLogger`` writes them (as ``watch/epoch``)."""
+    from skipless.training.trainer import RunLogger
+
+    logger = RunLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False)
+    for step, epoch, loss in points:
+        logger.log_metrics({"train/loss": loss, "epoch": epoch}, step)
+    logger.finalize("success")
+
+
 def test_a_run_scalars_epoch_means_read_back_what_was_written(tmp_path):
-    """Figures 1 and 9 from a run's own events: the loss placed in its epoch by Lightning's ``epoch`` scalar,
-    each epoch's mean exact; a resumed run's second file continues the first."""
+    """Figures 1 and 9 from a run's own events: each loss placed in its epoch by the epoch scalar the run's
+    logger writes at the same step, each epoch's mean exact; a resumed run's second file continues the first."""
     run = tmp_path / "run"
-    losses = {0: [4.0, 3.0, 2.0], 1: [1.5, 0.5], 2: [0.25]}
-    step = 0
-    with SummaryWriter(str(run / "tb")) as writer:
-        for epoch in (0, 1):
-            for value in losses[epoch]:
-                writer.add_scalar("train/loss", value, step)
-                writer.add_scalar("epoch", epoch, step)
-                step += 1
+    _log_like_a_run(run, [(0, 0, 4.0), (1, 0, 3.0), (2, 0, 2.0), (3, 1, 1.5), (4, 1, 0.5)])
+    with SummaryWriter(str(run / "tb")) as writer:  # the resumed run: a second events file, the same names
+        writer.add_scalar("train/loss", 0.25, 5)
+        writer.add_scalar(EPOCH_TAG, 2, 5)
         writer.add_scalar("val/top1", 10.0, 100)  # no epoch scalar at this step: in no epoch
-    with SummaryWriter(str(run / "tb" / "resumed")) as writer:
-        writer.add_scalar("train/loss", losses[2][0], step)
-        writer.add_scalar("epoch", 2, step)
     assert read_scalars(run, ["train/loss", "nothing"]) == {
         "train/loss": [(0, 4.0), (1, 3.0), (2, 2.0), (3, 1.5), (4, 0.5), (5, 0.25)], "nothing": []}
     assert epoch_means(run, ["train/loss", "val/top1"]) == {"train/loss": {1: 3.0, 2: 1.0, 3: 0.25}, "val/top1": {}}
@@ -207,10 +211,9 @@ def test_a_curve_over_epochs_and_a_loss_history_over_epochs_in_the_report(tmp_pa
     experiment, base, jobs, skipped, by = _by_hand(tmp_path, {**HAND, "report": report})
     for run in (j for j in jobs if j.kind == "run"):
         _run_done(base, run)
-        with SummaryWriter(str(base / run.run_dir / "tb")) as writer:
-            for step, (loss, epoch) in enumerate(((6.0, 0), (4.0, 0), (3.0, 1), (2.5, 2), (2.0, 3))):
-                writer.add_scalar("train/loss", loss + (run.labels["model"] == "skipless"), step)
-                writer.add_scalar("epoch", epoch, step)
+        worse = run.labels["model"] == "skipless"
+        _log_like_a_run(base / run.run_dir, [(step, epoch, loss + worse) for step, (loss, epoch) in enumerate(
+            ((6.0, 0), (4.0, 0), (3.0, 1), (2.5, 2), (2.0, 3)))])
     for job in (j for j in jobs if j.evaluation == "probe"):
         _eval_done(base, job, "probe-default.json", {"miou": 10.0 * int(job.labels["epoch"])
                                                      + (job.labels["model"] == "skipless")})
