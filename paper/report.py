@@ -414,6 +414,8 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
     evaluated = [int(e) for e in _epochs([r for r in records if r["evaluation"] != RUNS], "all") if str(e).isdigit()]
     last = max((p[0] for c in curves.values() for points in c.values() for p in points), default=0)
     columns = history_epochs(last, evaluated)
+    if not columns:
+        return shown + f"No finished run has logged {', '.join(tags)} yet." + collapse_notes(runs)
     for tag in tags:
         body = [[labels[r["job"]], *(dict(curves[r["job"]][tag]).get(e) for e in columns)] for r in runs]
         shown += (f"The mean {tag} of each run over an epoch, at epochs {', '.join(map(str, columns))}:\n\n"
