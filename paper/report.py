@@ -311,7 +311,8 @@ def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], exp
     mine = [r for r in records if r["evaluation"] == ev and str(r["labels"].get("epoch")).isdigit()]
     epochs = [int(e) for e in _epochs(mine, "all")]
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    panel_combos, line_combos = _combos(mine, panels, experiment, ev), _combos(mine, lines, experiment, ev)
+    drawn = [r for r in mine if r["state"] != NOT_AT_SCALE]  # a panel per cell this scale runs (the table has all)
+    panel_combos, line_combos = _combos(drawn, panels, experiment, ev), _combos(drawn, lines, experiment, ev)
     count = max(1, len(panel_combos))
     across = min(3, count)  # panels per row of the figure
     down = math.ceil(count / across)
@@ -319,7 +320,7 @@ def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], exp
     for ax in list(axes.flat)[len(panel_combos):]:
         ax.set_visible(False)
     for ax, pc in zip(axes.flat, panel_combos):
-        here = [r for r in mine if all(r["labels"].get(a) == v for a, v in zip(panels, pc))]
+        here = [r for r in drawn if all(r["labels"].get(a) == v for a, v in zip(panels, pc))]
         for lc in _combos(here, lines, experiment, ev):
             cells = [r for r in here if all(r["labels"].get(a) == v for a, v in zip(lines, lc))]
             ours = sorted((int(r["labels"]["epoch"]), metric_of(r["result"], metric)) for r in cells
