@@ -13,6 +13,8 @@ from paper.experiment import ExperimentError, load_experiment
 from paper.jobs import plan, write_marker
 from paper.report import history_epochs, write_report
 from paper.run_scalars import EPOCH_TAG, epoch_means, read_scalars
+from skipless.analysis.condition_number import NUMERICALLY_ZERO, Condition, infinite_condition
+from skipless.analysis.diagnostics import Diagnosis, result_to_json
 from skipless.config import load_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -228,6 +230,10 @@ def test_a_curve_over_epochs_and_a_loss_history_over_epochs_in_the_report(tmp_pa
     assert (base / "hand" / "figures" / "01-history.png").stat().st_size > 0
 
 
+def _kappa(value: float, converged: bool = True) -> Condition:
+    return Condition(value, None, value, 1.0, 0.0, 0.0, 50, 6528, converged, "lanczos")
+
+
 def test_tables5_6_say_which_protocol_made_each_table_and_read_the_runs_diagnostics(tmp_path):
     """Both of Tables 5-6's protocols in one report: the evaluations (after training: the exported teacher,
     Gaussian images) and each run's diagnostics.jsonl (during training: the student, its own images), every
@@ -246,11 +252,12 @@ def test_tables5_6_say_which_protocol_made_each_table_and_read_the_runs_diagnost
     for run in (j for j in jobs if j.kind == "run"):
         _run_done(base, run)
         skip = run.labels["model"] == "skip"
-        lines = [{"epoch": 0, "jacobian": {"value": 99.0, "converged": True, "reason": None}},
-                 {"epoch": 2, "jacobian": {"value": 120.0 if skip else "inf", "converged": True,
-                                           "reason": None if skip else "zero eigenvalue"}},
-                 {"epoch": 4, "jacobian": {"value": 5e5, "converged": False, "reason": None}}]
-        (base / run.run_dir / "diagnostics.jsonl").write_text("".join(json.dumps(l) + "\n" for l in lines))
+        measured = [(0, _kappa(99.0)), (2, _kappa(120.0) if skip else infinite_condition(NUMERICALLY_ZERO, 6528)),
+                    (4, _kappa(5e5, converged=False))]
+        # each line as the run's ConditioningMonitor writes it (skipless/training/diagnostics_callbacks.py)
+        (base / run.run_dir / "diagnostics.jsonl").write_text("".join(
+            json.dumps({"epoch": epoch, "step": 10 * epoch, **result_to_json(Diagnosis([0], 1, 17, jacobian=kappa))})
+            + "\n" for epoch, kappa in measured))
     text = write_report(base, experiment, "demo", jobs, skipped, "make paper EXP=tables5-6").read_text()
     assert "Protocol: after training. `make conditioning` on each exported checkpoint (DINO's EMA teacher," in text
     assert "Protocol: during training. The student, measured by the run itself" in text
