@@ -106,3 +106,14 @@ def test_make_tensorboard_listens_on_localhost_unless_host_is_given_on_the_make_
     assert "--host 127.0.0.1 " in _eval_line("tensorboard")
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "PORT=6006 HOST=127.0.0.1" in out and "HOST=0.0.0.0" in out
+
+
+def test_variables_exported_by_the_shell_are_not_requests(monkeypatch):
+    """A cluster shell may export OUT or DATA, a platform PORT: only the make line sets make's variables, so
+    an evaluator does not silently write its results into $OUT (issue 34)."""
+    for name, value in {"OUT": "/scratch/job-out", "DATA": "/scratch/data", "CKPT": "x", "PORT": "80"}.items():
+        monkeypatch.setenv(name, value)
+    assert _eval_line("probe") == "python -m eval.probe"
+    assert dry_run("pretrain").split() == ["python", "-m", "skipless.pretrain"]
+    assert _eval_line("tensorboard").endswith("--port 6006")
+    assert "out='\\''/tmp/o'\\''" in _eval_line("knn", "OUT=/tmp/o")  # the make line still sets it
