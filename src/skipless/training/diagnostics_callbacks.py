@@ -118,7 +118,7 @@ class BlockSignals(pl.Callback):
         with isolated_rng(pl_module.device):
             found = attention_signals(student, self._images.to(pl_module.device))
         for b, row in found.items():
-            for name in ("attention_entropy", "attention_diagonal", "token_cosine"):
+            for name in ("attention_entropy", "attention_diagonal", "token_cosine", "token_norm"):
                 if name in row:  # no entropy for attention rows that are not distributions
                     metrics[f"watch/signals/{name}/block{b}"] = row[name]
         _log(trainer, metrics)
