@@ -62,7 +62,7 @@ help: ## list targets and variables
 	@sed -n '/^defaults:/,/^$$/{/^$$/!p}' configs/pretrain.yaml | sed 's/^/    /'
 	@echo "Other variables:"
 	@echo "make train takes the same MODEL= OPT= GPUS= NODES= RESUME= ARGS=, and DATA=$(call choices,dataset)"
-	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-digits on digits, else paper:"
+	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-mnist on mnist and digits, else paper:"
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
@@ -77,6 +77,8 @@ help: ## list targets and variables
 	@echo "       a path with spaces quoted as in a shell: CKPT='\"runs/my run\" random'"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  EXP=$(call choices,experiments) (make paper: configs/experiments/)   SCALE=demo|quick|full   DRY=1 (list the jobs)"
+	@echo "       SCALE=full: the MAE experiments read IMAGENET100_ROOT and IMAGENET_ROOT, osa-digits MNIST_ROOT (defaults"
+	@echo "       data/imagenet100, data/imagenet, data/mnist)"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
 	@echo "       interface, so anyone on the network can read the runs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
@@ -95,7 +97,7 @@ data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs
 pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
-train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|digits RECIPE= GPUS= RESUME= ARGS=
+train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=
