@@ -31,6 +31,20 @@ def test_make_data_reads_root_and_sizes_from_the_yaml():
     assert dry_run("data").split() == ["python", "-m", "skipless.data.generator.synthetic"]
 
 
+def test_make_data_imagenet100_passes_the_roots_given_and_other_data_is_refused():
+    import shlex
+
+    assert dry_run("data", "DATA=default").split() == ["python", "-m", "skipless.data.generator.synthetic"]
+    assert dry_run("data", "DATA=imagenet100").split() == ["python", "-m", "skipless.data.classification.imagenet100"]
+    words = shlex.split(dry_run("data", "DATA=imagenet100", "IMAGENET_ROOT=/data/my imagenet",
+                                "IMAGENET100_ROOT=/data/bob's"))
+    assert words[3:] == ["--imagenet-root", "/data/my imagenet", "--out", "/data/bob's"]
+    refused = subprocess.run(["make", "-n", "-s", "STAMP=", "PY=python", "data", "DATA=imagenet"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "make data builds the embedded default" in refused.stderr
+    assert "DATA=imagenet is read where it lies" in refused.stderr
+
+
 def test_help_lists_the_recipes_and_the_default_choices():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "RECIPE=demo|mae-demo|mae-paper|paper|paper-dino300" in out and "data=default: demo" in out
