@@ -21,8 +21,10 @@ EXTRA = "n01440764"  # an ImageNet-1k class that is not one of the 100
 
 @pytest.fixture(scope="module")
 def imagenet(tmp_path_factory):
-    """A fake ImageNet: one JPEG per class and split for the 100 classes and one more."""
-    return write_fake_imagenet(tmp_path_factory.mktemp("imagenet"), [*imagenet100_wnids(), EXTRA])
+    """A fake ImageNet: one JPEG per class and split for the 100 classes and one more, and the class names."""
+    root = write_fake_imagenet(tmp_path_factory.mktemp("imagenet"), [*imagenet100_wnids(), EXTRA])
+    (root / "LOC_synset_mapping.txt").write_text("".join(f"{w} name of {w}\n" for w in [EXTRA, *imagenet100_wnids()]))
+    return root
 
 
 def _tree(folder: Path) -> dict[str, str]:
@@ -52,12 +54,13 @@ def test_make_data_links_every_class_folder_and_the_readers_read_the_subset(imag
     wnids = imagenet100_wnids()
     expected = {"train": "dir", "val": "dir"}
     expected.update({f"{s}/{w}": str(imagenet.resolve() / s / w) for s in ("train", "val") for w in wnids})
+    expected["LOC_synset_mapping.txt"] = str(imagenet.resolve() / "LOC_synset_mapping.txt")
     assert tree == expected  # links to the class folders, nothing copied, the extra class left out
     assert built.written and built.images == {"train": 100, "val": 100} and built.classes == 100
     assert re.fullmatch(r"ImageNet-100: linked the 100 classes of imagenet100.txt \(CMC's list\) of .* into .*: "
                         r"100 train \+ 100 val images", built.line())
     val = classification_split("imagenet", out, "val")  # what the MAE experiments' probes read
-    assert val.num_classes == 100 and len(val) == 100 and EXTRA not in val.class_names
+    assert val.num_classes == 100 and len(val) == 100 and val.class_names[0] == f"name of {min(wnids)}"
     assert len(ImageFolderDataset(out / "train").files) == 100  # what their pretraining reads
     again = build_subset(imagenet, out)
     assert not again.written and _tree(out) == tree and "already links" in again.line()
