@@ -15,7 +15,9 @@ file's ``report``:
 - ``curve``: a value per block (``metric`` a ``{block: value}`` mapping, e.g. TokenCut's CorLoc),
   one line per cell in one figure (``figures/<item>.png``), and the best block of each line against
   the paper's.
-- ``images``: the figures the evaluator wrote (``images``: a glob under each job's output), embedded.
+- ``images``: the figures the evaluator wrote (``images``: a glob under each job's output), embedded; with
+  ``evaluation: runs``, images the training runs wrote (a glob under each run folder, e.g. MAE's
+  reconstructions), side by side.
 - ``history``: the training runs' TensorBoard scalars (``tags``, e.g. ``train/loss``, ``val/top1``)
   against the step, one panel per tag and one line per run (seeds/004's Figure 1: loss curves), and
   each run's last value of each tag.
@@ -248,7 +250,11 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
 
 
 def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
-    """``folder``: the experiment's folder (where report.md is)."""
+    """``folder``: the experiment's folder (where report.md is). An evaluation's images follow one another;
+    the training runs' own (``evaluation: runs``, e.g. MAE's ``reconstructions/epoch*.png``) stand side by side
+    in one table row, each run's newest match with ``epoch: last``."""
+    if item["evaluation"] == RUNS:
+        return _run_images(item, records, folder)
     lines = []
     for r in records:
         if r["evaluation"] != item["evaluation"] or r["state"] != "done":
@@ -258,6 +264,21 @@ def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: 
             label = ", ".join(f"{k} {v}" for k, v in r["labels"].items())
             lines.append(f"{label}:\n\n![{label}]({image.relative_to(folder)})\n")
     return "\n".join(lines) or "No images yet."
+
+
+def _run_images(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
+    heads, cells = [], []
+    for r in records:
+        if r["evaluation"] != RUNS or r["state"] != "done":
+            continue
+        found = sorted(r["file"].parent.glob(item.get("images", "*.png")))
+        for image in found[-1:] if item.get("epoch") == "last" else found:
+            label = "/".join(r["labels"].values()) + collapsed_mark(r)
+            heads.append(f"{label} ({image.stem})")
+            cells.append(f"![{label}]({os.path.relpath(image, folder)})")
+    if not cells:
+        return "No images yet."
+    return "| " + " | ".join(heads) + " |\n|" + "---|" * len(heads) + "\n| " + " | ".join(cells) + " |\n"
 
 
 def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:

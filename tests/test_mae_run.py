@@ -121,6 +121,11 @@ def test_a_run_logs_reconstructions_the_floor_and_the_rank_and_exports_the_encod
     events = EventAccumulator(str(run / "tb"), size_guidance={"images": 0, "scalars": 0}).Reload()
     assert "reconstructions" in events.Tags()["images"]
     assert len(events.Images("reconstructions")) == 2  # at the start and after the one epoch
+    pngs = sorted(p.name for p in (run / "reconstructions").iterdir())
+    assert pngs == ["epoch000.png", "epoch001.png"]  # the same panels as files, for make paper's reports
+    from PIL import Image
+    with Image.open(run / "reconstructions" / "epoch001.png") as png:  # a row of 4 panels per image, 2 images
+        assert png.size[0] > png.size[1] > 0
     for tag in ("train/loss", "train/mean_patch_loss", "watch/knn/encoder", "watch/rank/rho", "watch/rank/erank"):
         assert tag in events.Tags()["scalars"], tag
     backbone = load_backbone(run / "backbone.pt")
