@@ -8,26 +8,33 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-SSL ?=
-MODEL ?=
-OPT ?=
-DATA ?=
-RECIPE ?=
-DATASET ?=
-PRESET ?=
-MULTISCALE ?=
-LAYER ?=
-CKPT ?=
-IMAGES ?=
-OUT ?=
-GPUS ?=
-NODES ?=
-RESUME ?=
-EXP ?=
-SCALE ?=
-DRY ?=
-ARGS ?=
-PORT ?= 6006
+# The variables below are read from the make line only (`make probe OUT=x`). A variable of the same name that
+# the shell exports (a cluster's $$OUT or $$DATA, a platform's $$PORT) is not a request: plain assignments
+# here override the environment, and a make-line value overrides them.
+SSL :=
+MODEL :=
+OPT :=
+DATA :=
+RECIPE :=
+DATASET :=
+PRESET :=
+MULTISCALE :=
+LAYER :=
+CKPT :=
+IMAGES :=
+OUT :=
+GPUS :=
+NODES :=
+RESUME :=
+EXP :=
+SCALE :=
+DRY :=
+ARGS :=
+PORT := 6006
+# Dataset roots, which the configs read from the environment too (${oc.env:IMAGENET100_ROOT,...}): an exported
+# value is meant, so these two take the shell's.
+IMAGENET_ROOT ?=
+IMAGENET100_ROOT ?=
 # make tensorboard listens on this machine only unless HOST= is given on the make line: anyone who can reach
 # the port reads every run. An exported $$HOST (some shells set it to the machine's name) is not a request.
 TB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST),127.0.0.1)
@@ -37,6 +44,8 @@ opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
 # A path setting reaches the config parser as the very text typed, quotes and all (CKPT='"runs/my run" random',
 # OUT="/data/my results"): YAML single quotes, inside shell single quotes.
 popt = $(if $(strip $(2)),'$(subst ','\'',$(1)='$(subst ','',$(strip $(2)))')')
+# A path for a command-line option (--out PATH), as one shell word.
+sq = '$(subst ','\'',$(strip $(1)))'
 PRETRAIN_ARGS = $(call opt,ssl,$(SSL)) $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
@@ -62,7 +71,7 @@ help: ## list targets and variables
 	@sed -n '/^defaults:/,/^$$/{/^$$/!p}' configs/pretrain.yaml | sed 's/^/    /'
 	@echo "Other variables:"
 	@echo "make train takes the same MODEL= OPT= GPUS= NODES= RESUME= ARGS=, and DATA=$(call choices,dataset)"
-	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-digits on digits, else paper:"
+	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-mnist on mnist and digits, else paper:"
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
@@ -77,6 +86,10 @@ help: ## list targets and variables
 	@echo "       a path with spaces quoted as in a shell: CKPT='\"runs/my run\" random'"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  EXP=$(call choices,experiments) (make paper: configs/experiments/)   SCALE=demo|quick|full   DRY=1 (list the jobs)"
+	@echo "       SCALE=full: the MAE experiments read IMAGENET100_ROOT and IMAGENET_ROOT, osa-digits MNIST_ROOT (defaults"
+	@echo "       data/imagenet100, data/imagenet, data/mnist)"
+	@echo "  make data DATA=imagenet100 IMAGENET_ROOT=<ImageNet-1k: train/<wnid>/, val/<wnid>/> [IMAGENET100_ROOT=data/imagenet100]:"
+	@echo "       links CMC's 100 classes (src/skipless/data/classification/imagenet100.txt) into IMAGENET100_ROOT, copies nothing"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
 	@echo "       interface, so anyone on the network can read the runs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
@@ -89,13 +102,17 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
 
-data: $(STAMP) ## generate the embedded default dataset (root and sizes: configs/data/default.yaml), if missing
-	$(PY) -m skipless.data.generator.synthetic
+data: $(STAMP) ## generate the embedded default dataset (configs/data/default.yaml) if missing; DATA=imagenet100: link ImageNet-100
+	$(if $(filter-out default imagenet100,$(DATA)),$(error make data builds the embedded default (DATA unset or \
+	  DATA=default) or ImageNet-100 (DATA=imagenet100 IMAGENET_ROOT=...); DATA=$(DATA) is read where it lies (data/README.md)))
+	$(if $(filter imagenet100,$(DATA)),$(PY) -m skipless.data.classification.imagenet100 \
+	  $(if $(strip $(IMAGENET_ROOT)),--imagenet-root $(call sq,$(IMAGENET_ROOT))) \
+	  $(if $(strip $(IMAGENET100_ROOT)),--out $(call sq,$(IMAGENET100_ROOT))),$(PY) -m skipless.data.generator.synthetic)
 
 pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
-train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|digits RECIPE= GPUS= RESUME= ARGS=
+train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=

@@ -21,7 +21,9 @@ its numbers, where the paper contradicts itself):
   ``x: epoch``: one number per cell (the probe's mIoU, TokenCut's ``best_corloc``) at every checkpoint
   evaluated, a panel per ``panels`` combination and a line per ``lines`` one (Figure 2), the paper's
   numbers as hollow squares, and the numbers as a table with a column per epoch.
-- ``images``: the figures the evaluator wrote (``images``: a glob under each job's output), embedded.
+- ``images``: the figures the evaluator wrote (``images``: a glob under each job's output), embedded; with
+  ``evaluation: runs``, images the training runs wrote (a glob under each run folder, e.g. MAE's
+  reconstructions), side by side.
 - ``history``: the training runs' TensorBoard scalars (``tags``, e.g. ``train/loss``, ``val/top1``;
   ``run_scalars.py``), one panel per tag (and per ``panels`` combination) and one line per run: against
   the step with each run's last value (seeds/004's Figure 1), or with ``x: epoch`` each epoch's mean
@@ -348,7 +350,11 @@ def epoch_curve_section(item: dict[str, Any], records: list[dict[str, Any]], exp
 
 
 def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
-    """``folder``: the experiment's folder (where report.md is)."""
+    """``folder``: the experiment's folder (where report.md is). An evaluation's images follow one another;
+    the training runs' own (``evaluation: runs``, e.g. MAE's ``reconstructions/epoch*.png``) stand side by side
+    in one table row, each run's newest match with ``epoch: last``."""
+    if item["evaluation"] == RUNS:
+        return _run_images(item, records, folder)
     lines = []
     for r in records:
         if r["evaluation"] != item["evaluation"] or r["state"] != "done":
@@ -358,6 +364,21 @@ def images_section(item: dict[str, Any], records: list[dict[str, Any]], folder: 
             label = ", ".join(f"{k} {v}" for k, v in r["labels"].items())
             lines.append(f"{label}:\n\n![{label}]({image.relative_to(folder)})\n")
     return "\n".join(lines) or "No images yet."
+
+
+def _run_images(item: dict[str, Any], records: list[dict[str, Any]], folder: Path) -> str:
+    heads, cells = [], []
+    for r in records:
+        if r["evaluation"] != RUNS or r["state"] != "done":
+            continue
+        found = sorted(r["file"].parent.glob(item.get("images", "*.png")))
+        for image in found[-1:] if item.get("epoch") == "last" else found:
+            label = "/".join(r["labels"].values()) + collapsed_mark(r)
+            heads.append(f"{label} ({image.stem})")
+            cells.append(f"![{label}]({os.path.relpath(image, folder)})")
+    if not cells:
+        return "No images yet."
+    return "| " + " | ".join(heads) + " |\n|" + "---|" * len(heads) + "\n| " + " | ".join(cells) + " |\n"
 
 
 def history_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment, folder: Path,
@@ -385,11 +406,11 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
         else:
             curves[r["job"]] = read_scalars(r["file"].parent, tags)
     panel_combos = _combos(runs, panels, experiment, RUNS) or [()]
-    fig, axes = plt.subplots(len(tags), len(panel_combos), figsize=(4.5 * len(panel_combos), 3.6 * len(tags)),
-                             squeeze=False)
+    shape = (len(tags), len(panel_combos)) if panels else (1, len(tags))  # without panels: the tags side by side
+    fig, axes = plt.subplots(*shape, figsize=(4.5 * shape[1], 3.6 * shape[0]), squeeze=False)
     for row, tag in enumerate(tags):
         for col, pc in enumerate(panel_combos):
-            ax = axes[row][col]
+            ax = axes[row][col] if panels else axes[0][row]
             for r in runs:
                 if any(r["labels"].get(a) != v for a, v in zip(panels, pc)):
                     continue

@@ -57,7 +57,9 @@ def numpy_signals(model, images):
             c = unit @ unit.T
             m = len(c)
             cosines.append((c.sum() - np.trace(c)) / (m * (m - 1)))
-        result[i] = {"attention_entropy": entropy, "attention_diagonal": diagonal, "token_cosine": float(np.mean(cosines))}
+        norm = float(np.linalg.norm(outputs[i][:, 1:].double().numpy(), axis=-1).mean())
+        result[i] = {"attention_entropy": entropy, "attention_diagonal": diagonal, "token_cosine": float(np.mean(cosines)),
+                     "token_norm": norm}
     return result
 
 

@@ -85,7 +85,8 @@ DEMO = {
     "model.token_graying.method": "none", "model.token_graying.eps": None,
     "model.img_size": None,  # added with the digits recipe: null = create_vit's 224, the model of before
     # added with the MAE knobs (issue 29): the decay and position table of before
-    "model.decay.indexing": "sub_block", "model.decay.branches": "both", "model.pos_embed": "learned",
+    "model.decay.indexing": "sub_block", "model.decay.branches": "both", "model.decay.zero_init": True,
+    "model.pos_embed": "learned",
     "dino.out_dim": 1024, "dino.hidden_dim": 2048, "dino.bottleneck_dim": 256, "dino.norm_last_layer": True,
     "dino.use_bn_in_head": False, "dino.student_temp": 0.1, "dino.warmup_teacher_temp": 0.02,
     "dino.teacher_temp": 0.02, "dino.warmup_teacher_temp_epochs": 0, "dino.center_momentum": 0.9,
@@ -210,8 +211,9 @@ def test_no_group_file_restates_a_value_of_pretrain_yaml():
                 "model.drop_path_rate", "model.init"):
         setters = [p.name for g in ("model", "recipe") for p in (CONFIG_DIR / g).glob("*.yaml")
                    if key in flat(OmegaConf.load(p))]
-        init_presets = ["osa.yaml", "skipless-centered.yaml", "skipless.yaml"]  # cutskip, and osa's own init
-        assert sorted(setters) == (init_presets if key == "model.init" else []), (key, setters)
+        # cutskip, osa's own init, and the MAE recipes' (He et al.'s initialize_weights)
+        init_setters = ["mae-demo.yaml", "mae-paper.yaml", "osa.yaml", "skipless-centered.yaml", "skipless.yaml"]
+        assert sorted(setters) == (init_setters if key == "model.init" else []), (key, setters)
 
 
 def test_a_default_may_follow_an_earlier_groups_choice(tmp_path):

@@ -85,7 +85,12 @@ def test_param_groups_betas_constant_weight_decay_and_no_clipping(tmp_path, data
     assert not any(id(p) in grouped for n, p in module.net.named_parameters() if n in frozen)
     assert tuple(decay["betas"]) == (0.9, 0.95)
     np.testing.assert_allclose(module.schedules["wd"], 0.05)
-    assert module.schedules["lr"][0] == 0.0 and module.schedules["lr"][-1] < module.schedules["lr"].max()
+    # MAE's lr_sched, every step: base x s / W in the warm-up (1 epoch), then the cosine to min_lr
+    steps, lr = trainer.num_training_batches, module.schedules["lr"]
+    base, w = module.base_lr(), steps * int(cfg.optim.warmup_epochs)
+    assert len(lr) == 2 * steps and lr.tolist() == pytest.approx(
+        [base * i / w if i < w else cfg.optim.min_lr + (base - cfg.optim.min_lr) * 0.5 * (
+            1 + np.cos(np.pi * (i - w) / (len(lr) - w))) for i in range(len(lr))], rel=1e-12, abs=1e-18)
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, data_root):
@@ -116,6 +121,11 @@ def test_a_run_logs_reconstructions_the_floor_and_the_rank_and_exports_the_encod
     events = EventAccumulator(str(run / "tb"), size_guidance={"images": 0, "scalars": 0}).Reload()
     assert "reconstructions" in events.Tags()["images"]
     assert len(events.Images("reconstructions")) == 2  # at the start and after the one epoch
+    pngs = sorted(p.name for p in (run / "reconstructions").iterdir())
+    assert pngs == ["epoch000.png", "epoch001.png"]  # the same panels as files, for make paper's reports
+    from PIL import Image
+    with Image.open(run / "reconstructions" / "epoch001.png") as png:  # a row of 4 panels per image, 2 images
+        assert png.size[0] > png.size[1] > 0
     for tag in ("train/loss", "train/mean_patch_loss", "watch/knn/encoder", "watch/rank/rho", "watch/rank/erank"):
         assert tag in events.Tags()["scalars"], tag
     backbone = load_backbone(run / "backbone.pt")

@@ -31,6 +31,20 @@ def test_make_data_reads_root_and_sizes_from_the_yaml():
     assert dry_run("data").split() == ["python", "-m", "skipless.data.generator.synthetic"]
 
 
+def test_make_data_imagenet100_passes_the_roots_given_and_other_data_is_refused():
+    import shlex
+
+    assert dry_run("data", "DATA=default").split() == ["python", "-m", "skipless.data.generator.synthetic"]
+    assert dry_run("data", "DATA=imagenet100").split() == ["python", "-m", "skipless.data.classification.imagenet100"]
+    words = shlex.split(dry_run("data", "DATA=imagenet100", "IMAGENET_ROOT=/data/my imagenet",
+                                "IMAGENET100_ROOT=/data/bob's"))
+    assert words[3:] == ["--imagenet-root", "/data/my imagenet", "--out", "/data/bob's"]
+    refused = subprocess.run(["make", "-n", "-s", "STAMP=", "PY=python", "data", "DATA=imagenet"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "make data builds the embedded default" in refused.stderr
+    assert "DATA=imagenet is read where it lies" in refused.stderr
+
+
 def test_help_lists_the_recipes_and_the_default_choices():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "RECIPE=demo|mae-demo|mae-paper|paper|paper-dino300" in out and "data=default: demo" in out
@@ -77,8 +91,8 @@ def test_make_train_maps_each_variable_set_onto_its_key():
 
 
 def test_make_train_maps_digits_and_its_recipe_and_help_lists_every_dataset():
-    words = dry_run("train", "DATA=digits", "RECIPE=osa-digits").split()[3:]
-    assert words == ["dataset=digits", "train-recipe=osa-digits"]
+    words = dry_run("train", "DATA=digits", "RECIPE=osa-mnist").split()[3:]
+    assert words == ["dataset=digits", "train-recipe=osa-mnist"]
     datasets = {p.stem for p in (ROOT / "configs" / "dataset").glob("*.yaml")}
     assert "digits" in datasets
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
@@ -87,7 +101,7 @@ def test_make_train_maps_digits_and_its_recipe_and_help_lists_every_dataset():
     for line in (target, variables):  # the target's own list is written by hand: it must not fall behind
         listed = line.split("DATA=")[1].split()[0].split("|")
         assert set(listed) == datasets, line
-    assert "RECIPE=demo|osa-digits|paper " in out
+    assert "RECIPE=demo|osa-mnist|paper " in out
 
 
 def test_make_paper_maps_exp_scale_and_dry():
@@ -106,3 +120,14 @@ def test_make_tensorboard_listens_on_localhost_unless_host_is_given_on_the_make_
     assert "--host 127.0.0.1 " in _eval_line("tensorboard")
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "PORT=6006 HOST=127.0.0.1" in out and "HOST=0.0.0.0" in out
+
+
+def test_variables_exported_by_the_shell_are_not_requests(monkeypatch):
+    """A cluster shell may export OUT or DATA, a platform PORT: only the make line sets make's variables, so
+    an evaluator does not silently write its results into $OUT (issue 34)."""
+    for name, value in {"OUT": "/scratch/job-out", "DATA": "/scratch/data", "CKPT": "x", "PORT": "80"}.items():
+        monkeypatch.setenv(name, value)
+    assert _eval_line("probe") == "python -m eval.probe"
+    assert dry_run("pretrain").split() == ["python", "-m", "skipless.pretrain"]
+    assert _eval_line("tensorboard").endswith("--port 6006")
+    assert "out='\\''/tmp/o'\\''" in _eval_line("knn", "OUT=/tmp/o")  # the make line still sets it

@@ -166,10 +166,10 @@ def test_sincos_pos_embed_is_maes_closed_form(arch, img_size, patch, grid):
 
 
 @pytest.mark.parametrize("init, attention", [("timm", "softmax"), ("cutskip", "softmax"), ("xavier", "softmax"),
-                                             ("osa", "osa")])
+                                             ("osa", "osa"), ("mae", "softmax")])
 @pytest.mark.parametrize("residual", ["skip", "decayed"])
 def test_no_init_overwrites_the_sincos_table(init, attention, residual):
-    assert set(INITS) == {"timm", "cutskip", "xavier", "osa"}
+    assert set(INITS) == {"timm", "cutskip", "xavier", "osa", "mae"}
     torch.manual_seed(0)
     model = create_vit("vit_tiny", depth=1, residual=residual, init=init, attention=attention, pos_embed="sincos")
     np.testing.assert_allclose(model.pos_embed[0].detach().numpy(), mae_table(192, 14, 14), atol=1e-6)

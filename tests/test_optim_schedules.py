@@ -26,6 +26,28 @@ def test_cosine_schedule_with_warmup_at_chosen_steps():
     assert all(a >= b for a, b in zip(s[warm:], s[warm + 1:]))  # monotone decay
 
 
+def mae_lr(step: int, base: float, min_lr: float, warmup_epochs: int, epochs: int, per_epoch: int) -> float:
+    """MAE's ``util/lr_sched.adjust_learning_rate`` at the fractional epoch ``step / per_epoch`` (He et al. 2022),
+    written from its formula."""
+    epoch = step / per_epoch
+    if epoch < warmup_epochs:
+        return base * epoch / warmup_epochs
+    return min_lr + (base - min_lr) * 0.5 * (1 + math.cos(math.pi * (epoch - warmup_epochs) / (epochs - warmup_epochs)))
+
+
+@pytest.mark.parametrize("epochs,per_epoch,warm_epochs,min_lr", [(10, 7, 3, 0.0), (5, 4, 1, 1e-6), (3, 5, 0, 0.0)])
+def test_maes_warmup_is_base_times_s_over_w_at_every_step(epochs, per_epoch, warm_epochs, min_lr):
+    base = 6e-4
+    s = cosine_schedule(base, min_lr, epochs, per_epoch, warmup_epochs=warm_epochs, warmup_reaches_base=False)
+    expected = [mae_lr(i, base, min_lr, warm_epochs, epochs, per_epoch) for i in range(epochs * per_epoch)]
+    assert s.tolist() == pytest.approx(expected, rel=1e-12, abs=1e-18)
+    if warm_epochs:  # one step later than DINO's, which reaches base at the warm-up's last step
+        w = warm_epochs * per_epoch
+        dino = cosine_schedule(base, min_lr, epochs, per_epoch, warmup_epochs=warm_epochs)
+        assert s[w - 1] == pytest.approx(base * (w - 1) / w) and dino[w - 1] == pytest.approx(base)
+        assert s[w:].tolist() == dino[w:].tolist()
+
+
 def test_cosine_schedule_without_warmup_and_increasing():
     # DINO's teacher momentum: 0.996 -> 1 without warm-up; weight decay 0.04 -> 0.4
     s = cosine_schedule(0.996, 1.0, 4, 5)

@@ -12,7 +12,7 @@ from paper.jobs import plan
 from skipless.config import load_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-MAE = ("mae-table2", "mae-table3", "mae-table4", "mae-figure3", "mae-figure5")
+MAE = ("mae-table2", "mae-table3", "mae-table4", "mae-figure3", "mae-figure5", "mae-zero-init", "mae-figure2")
 
 
 def _cfg(job):
@@ -73,12 +73,50 @@ def test_mae_experiments_share_one_training_per_config_at_every_scale(tmp_path):
                     runs.setdefault(job.config_hash, set()).add((name, job.labels.get("arch", "vit_base"),
                                                                  job.labels.get("alpha_min", job.labels.get("config"))))
         shared = next(cells for cells in runs.values() if ("mae-table2", "vit_base", "0.6") in cells)
-        expected = {"mae-table2", "mae-table3", "mae-figure3", "mae-figure5"}
+        expected = {"mae-table2", "mae-table3", "mae-figure3", "mae-figure5", "mae-zero-init"}
         if scale != "full":  # ImageNet-1k is Table 4's own data at full scale; the demo has one dataset
             expected.add("mae-table4")
         assert {c[0] for c in shared} == expected, scale
         assert ("mae-table3", "vit_base", "both") in shared
-    assert len(runs) == 23  # full: 14 of Table 2, 5 more ablations, 4 on ImageNet-1k
+    # full: 14 of Table 2, 5 more ablations, 3 without the zero-init, 4 on ImageNet-1k, 2 with the plain pixel loss
+    assert len(runs) == 28
+
+
+def test_the_zero_init_ablation_and_figure2_train_what_the_seed_describes(tmp_path):
+    jobs, _ = plan(load_experiment("mae-zero-init"), "full", tmp_path)
+    runs = {j.name: _cfg(j) for j in jobs if j.kind == "run"}
+    assert sorted(runs) == [f"pretrain-{a}-{z}" for a in ("0.5", "0.6", "0.7") for z in ("off", "on")]
+    for name, cfg in runs.items():
+        assert (cfg.model.residual, cfg.model.init, cfg.model.arch, cfg.choices.recipe) == (
+            "decayed", "mae", "vit_base", "mae-paper")
+        assert cfg.model.decay.zero_init is name.endswith("-on") and cfg.diagnostics.signals_every_n_steps > 0
+    history = next(r for r in load_experiment("mae-zero-init").report if r["kind"] == "history")
+    assert "watch/signals/token_norm/block11" in history["tags"]
+    jobs, _ = plan(load_experiment("mae-figure2"), "full", tmp_path)
+    runs = {j.name: _cfg(j) for j in jobs if j.kind == "run"}
+    assert sorted(runs) == ["pretrain-decayed", "pretrain-mae"]
+    assert all(c.mae.norm_pix_loss is False and c.mae.reconstructions_every_n_epochs > 0 for c in runs.values())
+    assert (runs["pretrain-mae"].model.residual, runs["pretrain-mae"].mae.unet_skips) == ("skip", False)
+    assert runs["pretrain-decayed"].model.alpha_min == 0.6 and runs["pretrain-decayed"].data.name == "imagenet"
+
+
+def test_run_images_stand_side_by_side_with_the_newest_of_each_run(tmp_path):
+    from paper.report import images_section
+
+    records = []
+    for name in ("decayed", "mae"):
+        run = tmp_path / "runs" / name
+        (run / "reconstructions").mkdir(parents=True)
+        for epoch in (0, 5, 20):
+            (run / "reconstructions" / f"epoch{epoch:03d}.png").write_bytes(b"png")
+        records.append({"evaluation": "runs", "state": "done", "labels": {"model": name}, "collapsed": None,
+                        "file": run / "summary.json", "job": f"pretrain-{name}"})
+    item = {"kind": "images", "evaluation": "runs", "images": "reconstructions/epoch*.png", "epoch": "last"}
+    text = images_section(item, records, tmp_path / "mae-figure2")
+    head, rule, row = text.strip().splitlines()
+    assert head == "| decayed (epoch020) | mae (epoch020) |" and rule == "|---|---|"
+    assert row == "| ![decayed](../runs/decayed/reconstructions/epoch020.png) | ![mae](../runs/mae/reconstructions/epoch020.png) |"
+    assert images_section({**item, "epoch": "all"}, records, tmp_path / "x").count("![") == 6
 
 
 def test_figure5_reads_several_checkpoints_and_the_runs_rank_files(tmp_path):

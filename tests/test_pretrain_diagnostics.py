@@ -57,7 +57,7 @@ def test_tensorboard_has_the_conditioning_curves_and_the_block_signals(runs):
     events = EventAccumulator(str(runs[0] / "tb")).Reload()
     tags = set(events.Tags()["scalars"])
     assert "watch/conditioning/effective_rank_cls/block1" in tags
-    for name in ("grad_norm", "update_ratio", "attention_entropy", "attention_diagonal", "token_cosine"):
+    for name in ("grad_norm", "update_ratio", "attention_entropy", "attention_diagonal", "token_cosine", "token_norm"):
         assert {f"watch/signals/{name}/block0", f"watch/signals/{name}/block1"} <= tags, name
     steps = [e.step for e in events.Scalars("watch/signals/update_ratio/block0")]
     assert steps == [1, 3, 5, 7]  # measured at the batches of global steps 0, 2, 4, 6, logged after their update

@@ -1,4 +1,4 @@
-"""``make train DATA=digits``: the osa-digits recipe is seeds/004's Appendix E key by key, its training
+"""``make train DATA=digits``: the osa-mnist recipe is seeds/004's Appendix E key by key, its training
 transform is the identity plus normalisation, its lr is a constant 3e-4, and a short run on the digits
 finishes with a validation accuracy in its summary."""
 import json
@@ -51,10 +51,10 @@ def _get(cfg, key):
     return list(value) if hasattr(value, "__len__") and not isinstance(value, str) else value
 
 
-@pytest.mark.parametrize("choice", [[], ["train-recipe=osa-digits"]])
+@pytest.mark.parametrize("choice", [[], ["train-recipe=osa-mnist"]])
 def test_the_recipe_is_appendix_e_key_by_key_and_the_default_of_digits(choice):
     cfg = load_config("train", ["dataset=digits", "model=skip", *choice])
-    assert cfg.choices["train-recipe"] == "osa-digits"
+    assert cfg.choices["train-recipe"] == "osa-mnist"
     assert {k: _get(cfg, k) for k in APPENDIX_E} == APPENDIX_E
     assert peak_lr(cfg) == 3e-4  # exactly: lr 3e-4 at batch 128 on one device
     assert cfg.optim.min_lr == 3e-4  # the cosine from 3e-4 to 3e-4: constant
@@ -98,12 +98,12 @@ def test_a_short_run_on_the_digits_finishes_with_val_accuracy_at_a_constant_lr(t
 
 
 def test_an_unknown_dataset_is_one_sentence_that_lists_digits(tmp_path, capsys):
-    for override in ("dataset=mnist", "data.name=mnist"):
+    for override in ("dataset=svhn", "data.name=svhn"):
         root = tmp_path / "runs"
         code = main([f"run.root={root}", "dataset=digits", override] if override.startswith("data.")
                     else [f"run.root={root}", override])
         err = capsys.readouterr().err.strip()
-        assert code == 1 and "mnist" in err and "digits" in err and err.count("\n") == 0, err
+        assert code == 1 and "svhn" in err and "digits" in err and err.count("\n") == 0, err
         assert not root.exists()
 
 

@@ -45,6 +45,7 @@ from skipless.models import ARCHS, create_vit, freeze_for_eval, load_backbone
 from skipless.models.checkpoint import ArchRequiredError, BackboneLoadError, read_backbone_args
 from skipless.models.compile import compile_blocks
 from skipless.models.timm_weights import cached_weights, load_timm_backbone, timm_backbone_args
+from skipless.world import isolated_rng
 
 RANDOM = "random"
 TIMM_PREFIX = "timm:"
@@ -253,12 +254,12 @@ def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int 
         from skipless.config import load_config
         from skipless.models.from_config import vit_from_config
 
-        with torch.random.fork_rng(devices=[]):
+        with isolated_rng(device):
             torch.manual_seed(seed)
             model = vit_from_config(load_config("pretrain", list(spec.timm_name)).model)
     elif spec.is_random:
         args = {k: v for k, v in spec.args.items() if k != "arch"}
-        with torch.random.fork_rng(devices=[]):
+        with isolated_rng(device):
             torch.manual_seed(seed)
             model = create_vit(spec.args["arch"], **args)
     elif spec.kind == "timm":

@@ -42,8 +42,8 @@ def number_text(x: Any) -> str:
 def describe_model(m: Mapping) -> str:
     """``vit_small/16, 12 blocks, residual skipless, init cutskip (alpha 1.8 ...), pooling token, drop-path 0``.
 
-    Settings at their default are left out: the decay's indexing and branches (``decay per layer``,
-    ``decay attn only``) and a fixed position table (``pos-embed sincos``) show only when chosen."""
+    Settings at their default are left out: the decay's indexing, branches and zero-init (``decay per
+    layer``, ``decay attn only``, ``branch outputs not zeroed``) and a fixed position table (``pos-embed sincos``) show only when chosen."""
     depth = m.get("depth")
     parts = [f"{m['arch']}/{m.get('patch_size') or 16}" + (f", {depth} blocks" if depth else ""),
              f"residual {m['residual']}"]
@@ -63,6 +63,8 @@ def describe_model(m: Mapping) -> str:
             parts.append("decay per layer")
         if branches != "both":
             parts.append(f"decay {branches} only")
+        if not decay.get("zero_init", m.get("decay_zero_init", True)):
+            parts.append("branch outputs not zeroed")
     if m.get("pos_embed", "learned") != "learned":
         parts.append(f"pos-embed {m['pos_embed']}")
     parts.append(f"pooling {m.get('global_pool', 'token')}")

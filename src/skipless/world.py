@@ -8,6 +8,9 @@ process otherwise. It is resolved here, once, rather than refused, because a use
 expects "all the GPUs of this machine", and the global batch, the peak lr and the schedules all
 depend on the number it resolves to, so each reader must get the same number.
 
+``isolated_rng`` is the one way a monitor that draws or seeds random numbers gives the training's
+generators back untouched.
+
 ``check_gpus_visible`` refuses a request for more GPUs than this machine shows, before anything is
 written: Lightning's ``auto`` accelerator would otherwise train ``GPUS=2`` as two CPU processes, with the
 lr scaled for their global batch. DDP on the CPU is asked for by name (``train.accelerator=cpu``).
@@ -15,6 +18,7 @@ lr scaled for their global batch. DDP on the CPU is asked for by name (``train.a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -57,3 +61,16 @@ def check_gpus_visible(cfg: Mapping) -> None:
     raise ConfigError(f"{asked} and this machine shows {'only ' + str(seen) if seen else 'none'}; {fits}, or ask "
                       f"for processes on the CPU by name with ARGS=\"train.accelerator=cpu train.devices={wanted}\" "
                       "(nothing was written)")
+
+
+def isolated_rng(device: torch.device | str) -> AbstractContextManager:
+    """``torch.random.fork_rng`` over the CPU generator and, when ``device`` is a GPU, that GPU's generator:
+    whatever runs inside (a ``torch.manual_seed``, a random init, dropout) leaves both as they were.
+
+    The GPU's must be forked too: ``torch.manual_seed`` reseeds every CUDA generator, and a run draws on its
+    GPU (MAE's masks, DINO's drop-path), so a monitor that seeded inside a CPU-only fork would restart
+    those draws from the same seed at every start and resume, whatever ``run.seed`` says. Only this
+    process's own GPU is forked: the others it can see draw nothing for this run, and forking them would
+    open a CUDA context on each."""
+    device = torch.device(device)
+    return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])

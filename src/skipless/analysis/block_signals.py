@@ -41,6 +41,8 @@ def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[
       direction. A token whose norm is numerically zero, ``<= d * eps(float64)`` times the largest
       token norm of its image (``condition_number.zero_threshold``), has no direction: its cosine
       with every token is 0 (it still counts in the mean over pairs).
+    - ``token_norm``: mean L2 norm of the block output's patch tokens (prefix tokens dropped), over images:
+      the feature-norm growth that seed 002 (Sec. 3.2) sees early in training without its zero-init.
     Also ``tokens``: n, so that the uniform values can be read off.
     """
     prefix = int(getattr(model, "num_prefix_tokens", 1))
@@ -51,8 +53,9 @@ def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[
         a = feats[("attn", i)].double()
         n = a.shape[-1]
         diagonal = torch.diagonal(a, dim1=-2, dim2=-1).mean()
-        result[i] = {"attention_diagonal": float(diagonal),
-                     "token_cosine": _mean_pairwise_cosine(feats[("out", i)][:, prefix:].double()), "tokens": n}
+        patches = feats[("out", i)][:, prefix:].double()
+        result[i] = {"attention_diagonal": float(diagonal), "token_cosine": _mean_pairwise_cosine(patches),
+                     "token_norm": float(torch.linalg.vector_norm(patches, dim=-1).mean()), "tokens": n}
         if bool((a >= 0).all()) and torch.allclose(a.sum(-1), torch.ones((), dtype=a.dtype), atol=1e-4):
             result[i]["attention_entropy"] = float(-torch.special.xlogy(a, a).sum(-1).mean())
     return result

@@ -22,8 +22,8 @@ def vit_args(m: DictConfig) -> dict[str, Any]:
         extra["img_size"] = int(m.img_size)
     return dict(arch=m.arch, residual=m.residual, init=m.init, attention=m.attention,
                 init_args=dict(m.init_args), alpha_min=m.alpha_min, decay_indexing=m.decay.indexing,
-                decay_branches=m.decay.branches, pos_embed=m.pos_embed, patch_size=m.patch_size,
-                global_pool=m.global_pool, pos_embed_interp=m.pos_embed_interp,
+                decay_branches=m.decay.branches, decay_zero_init=bool(m.decay.zero_init), pos_embed=m.pos_embed,
+                patch_size=m.patch_size, global_pool=m.global_pool, pos_embed_interp=m.pos_embed_interp,
                 attention_args=dict(m.attention_args), norm=m.norm, final_norm=bool(m.final_norm),
                 token_graying=dict(m.token_graying), **extra)
 

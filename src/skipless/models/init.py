@@ -22,7 +22,7 @@ from torch import nn
 
 from ..errors import ModelArgumentError
 
-INITS = ("timm", "cutskip", "xavier", "osa")
+INITS = ("timm", "cutskip", "xavier", "osa", "mae")
 
 
 def paper_matrices(attn: nn.Module) -> dict[str, torch.Tensor]:
@@ -168,8 +168,10 @@ def cutskip_init_(model: nn.Module, alpha: float = CUTSKIP_DEFAULTS["alpha"], be
 def zero_output_projections_(model: nn.Module) -> None:
     """Decayed shortcuts (Zhang et al., "Residual Connections Harm Self-Supervised Abstract Feature Learning"): zero the output projections of attention and MLP, so every
     block starts as its scaled shortcut (seeds/002 Sec. 3.2: "initialize the weights of the final output
-    layer in each f to zero"). One rule for the decayed mode whatever its alpha_min (1.0 included),
-    indexing and branches; the other modes, Table 3b's fixed-scale ones included, keep their init."""
+    layer in each f to zero" instead of Xavier, against the feature-norm growth of alpha_min <= 0.7). One
+    rule for the decayed mode whatever its alpha_min (1.0 included), indexing and branches, unless
+    ``decay_zero_init=False`` (the ablation of Sec. 3.2); the other modes, Table 3b's fixed-scale ones
+    included, keep their init."""
     for block in model.blocks:
         for lin in (block.attn.proj, block.mlp.fc2):
             lin.weight.zero_()
@@ -178,11 +180,25 @@ def zero_output_projections_(model: nn.Module) -> None:
 
 
 @torch.no_grad()
+def seed004_embeddings_(model: nn.Module) -> None:
+    """The OSA paper's learnable embeddings (seeds/004, Appendix E): the class token and the learned
+    position table drawn from ``N(0, sigma^2)`` truncated to ``[-2 sigma, 2 sigma]``, sigma = 0.02 (timm
+    keeps the class token at ``N(0, 1e-6)`` and cuts its position table at +-2 absolute, i.e. not at all).
+    A fixed sin-cos table is left alone (it is filled after every init)."""
+    sigma = 0.02
+    for name in ("cls_token", "pos_embed"):
+        param = getattr(model, name, None)
+        if param is not None and param.requires_grad:
+            nn.init.trunc_normal_(param, std=sigma, a=-2 * sigma, b=2 * sigma)
+
+
+@torch.no_grad()
 def xavier_init_(model: nn.Module) -> None:
-    """Xavier-uniform weights and zero biases for every block's attention and MLP: the ViT baselines
-    of the OSA paper (seeds/004, Appendix E). The fused ``qkv`` weight is three d x d matrices, each
-    drawn with its own bound ``sqrt(6 / (d + d))`` (as timm's jax-style init treats it), not one
-    3d x d matrix. Draws from torch's global generator, as timm's own init does."""
+    """Xavier-uniform weights and zero biases for every block's attention and MLP, and the class token
+    and position table as ``seed004_embeddings_``: the ViT baselines of the OSA paper (seeds/004,
+    Appendix E). The fused ``qkv`` weight is three d x d matrices, each drawn with its own bound
+    ``sqrt(6 / (d + d))`` (as timm's jax-style init treats it), not one 3d x d matrix (``mae_init_``'s
+    reading). Draws from torch's global generator, as timm's own init does."""
     for block in model.blocks:
         for lin in (block.attn.qkv, block.attn.proj, block.mlp.fc1, block.mlp.fc2):
             rows, cols = lin.weight.shape
@@ -191,6 +207,38 @@ def xavier_init_(model: nn.Module) -> None:
             lin.weight.uniform_(-bound, bound)
             if lin.bias is not None:
                 lin.bias.zero_()
+    seed004_embeddings_(model)
+
+
+@torch.no_grad()
+def mae_init_(model: nn.Module) -> None:
+    """MAE's encoder initialisation (He et al. 2022, ``models_mae.py``: ``initialize_weights`` and
+    ``_init_weights``), which Zhang et al. keep (seeds/002 Sec. 3.2: "the original Xavier uniform
+    initialization"; their decayed model then zeroes the branch outputs, ``zero_output_projections_``):
+
+    - every Linear of the blocks: ``xavier_uniform_`` on the weight as it is stored, so the fused ``qkv``
+      is one ``3d x d`` matrix with bound ``sqrt(6 / (3d + d))`` (not three d x d ones, ``xavier_init_``);
+      biases 0;
+    - the patch embedding like a Linear: ``xavier_uniform_`` on its weight flattened to ``d x (3 p p)``;
+      its bias keeps the convolution's default draw (MAE's ``apply`` touches Linear and LayerNorm only);
+    - the class token ``N(0, 0.02^2)`` (MAE: timm's ``trunc_normal_`` at std 0.02 cuts at +-2, so it is a
+      plain normal);
+    - every LayerNorm weight 1, bias 0.
+
+    A learned position table keeps timm's draw; MAE's is the fixed sin-cos table (``pos_embed=sincos``,
+    which the MAE recipes set). Draws from torch's global generator, as MAE does."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+    weight = model.patch_embed.proj.weight
+    nn.init.xavier_uniform_(weight.view(weight.shape[0], -1))
+    if getattr(model, "cls_token", None) is not None:
+        nn.init.normal_(model.cls_token, std=0.02)
 
 
 @torch.no_grad()
@@ -231,17 +279,22 @@ def osa_init_(model: nn.Module, seed: int | None = None) -> None:
         suo_(block.mlp.fc2, gen)
 
 
-def apply_init_(model: nn.Module, init: str, init_args: dict, residual: str) -> None:
+def apply_init_(model: nn.Module, init: str, init_args: dict, residual: str, zero_init: bool = True) -> None:
     """The initialisation ``create_vit`` names, after timm's own: ``timm`` keeps it, ``cutskip``,
-    ``xavier`` and ``osa`` overwrite the blocks; the decayed mode then zeroes the output projections
-    (Zhang et al.). ``init_args`` are cutskip's (the other inits take none)."""
+    ``xavier`` and ``osa`` overwrite the blocks (``osa`` and ``xavier`` also the class token and position
+    table, seeds/004 Appendix E), ``mae`` the blocks, patch embedding and class token (He et al. 2022);
+    the decayed mode then zeroes the output projections (Zhang et al. Sec. 3.2) unless ``zero_init`` is
+    False. ``init_args`` are cutskip's (the other inits take none)."""
     if init == "cutskip":
         cutskip_init_(model, **init_args)
     elif init == "xavier":
         xavier_init_(model)
     elif init == "osa":
         osa_init_(model)
+        seed004_embeddings_(model)
+    elif init == "mae":
+        mae_init_(model)
     elif init != "timm":
         raise ValueError(f"unknown init {init!r}; expected one of {', '.join(INITS)}")
-    if residual == "decayed":
+    if residual == "decayed" and zero_init:
         zero_output_projections_(model)

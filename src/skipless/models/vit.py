@@ -37,7 +37,8 @@ ARCHS: dict[str, dict[str, int]] = {
 ATTENTIONS: dict[str, type[SoftmaxAttention]] = {
     "softmax": SoftmaxAttention, "linear": LinearAttention, "osa": OrthogonalAttention}
 # Initialisations that write the attention weights, and the attentions whose weights they know.
-INIT_ATTENTIONS: dict[str, tuple[str, ...]] = {"cutskip": ("softmax", "linear"), "osa": ("osa",)}
+INIT_ATTENTIONS: dict[str, tuple[str, ...]] = {"cutskip": ("softmax", "linear"), "mae": ("softmax", "linear"),
+                                               "osa": ("osa",)}
 
 
 def _check_choice(kind: str, value: str, choices) -> None:
@@ -98,6 +99,7 @@ def create_vit(
     alpha_min: float | None = None,
     decay_indexing: str = "sub_block",
     decay_branches: str = "both",
+    decay_zero_init: bool = True,
     pos_embed: str = "learned",
     pos_embed_interp: str = "dino",
     attention_args: dict[str, Any] | None = None,
@@ -112,8 +114,11 @@ def create_vit(
         arch: ``vit_tiny`` | ``vit_small`` | ``vit_base`` (patch 16 unless ``patch_size`` is overridden).
         residual: ``skip`` | ``skipless`` | ``decayed`` | ``attn-skip`` | ``mlp-skip`` (see ``block.py``).
         init: ``timm`` (truncated normal) | ``cutskip`` (the paper's Section 5, after timm's init) |
-            ``xavier`` (Xavier-uniform attention and MLP weights, zero biases: the OSA paper's ViT
-            baselines, seeds/004 Appendix E) | ``osa`` (seeds/004 Appendix C, for ``attention="osa"``).
+            ``xavier`` (Xavier-uniform attention and MLP weights, zero biases, the class token and position
+            table as Appendix E: the OSA paper's ViT baselines, seeds/004) | ``osa`` (seeds/004 Appendix C,
+            for ``attention="osa"``) | ``mae`` (MAE's ``initialize_weights``, He et al. 2022: Xavier-uniform
+            on every Linear, the fused qkv as one matrix, and on the flattened patch embedding; seeds/002).
+            See ``init.py``.
         attention: ``softmax`` | ``linear`` (seeds/003's ``(1/k) Q K^T V``) | ``osa`` (seeds/004's
             orthogonal ``exp(S)``); see ``attention.py`` and ``osa.py``.
         attention_args: the chosen attention's arguments (``ATTENTIONS[attention].DEFAULTS``: ``k`` for
@@ -130,6 +135,8 @@ def create_vit(
             See ``decay.py`` for the two deviations of the default.
         decay_branches: for ``decayed``: ``both`` (default) | ``attn`` | ``mlp``: which shortcuts decay
             (seeds/002 Table 3b); the other branch's shortcuts keep gain 1 (``decay.py``).
+        decay_zero_init: for ``decayed``: zero the output projections of attention and MLP after the init
+            (True, seeds/002 Sec. 3.2) or keep the init's draw (False: the ablation of that section).
         pos_embed: ``learned`` (default: timm's trainable table) | ``sincos``: MAE's fixed 2-D sin-cos
             table (``sincos.py``; He et al. 2022, seeds/002 Sec. 4), frozen (``requires_grad`` False,
             so optimizers never see it) and kept in the state dict under ``pos_embed``. Crops of another
@@ -165,6 +172,10 @@ def create_vit(
             f"decay_indexing={decay_indexing} and decay_branches={decay_branches} shape the decayed mode's gains "
             f"and do nothing for residual={residual}; expected residual=decayed, or the defaults "
             f"{DECAY_INDEXINGS[0]} and {DECAY_BRANCHES[0]}")
+    if residual != "decayed" and not decay_zero_init:
+        raise ModelArgumentError(
+            f"decay_zero_init=False keeps the init's branch outputs of the decayed mode and does nothing for "
+            f"residual={residual}, whose init never zeroes them; expected residual=decayed, or the default True")
     if init in INIT_ATTENTIONS and attention not in INIT_ATTENTIONS[init]:
         raise ModelArgumentError(
             f"init={init} cannot initialise attention={attention}: it is written for attention "
@@ -207,13 +218,13 @@ def create_vit(
                         **kwargs)
     if not final_norm:
         model.norm, model.fc_norm = nn.Identity(), nn.Identity()
-    apply_init_(model, init, init_args, residual)
+    apply_init_(model, init, init_args, residual, zero_init=bool(decay_zero_init))
     if pos_embed == "sincos":  # after every init, so none of them overwrites the fixed table
         _fix_sincos_pos_embed_(model)
     model.skipless_args = dict(
         arch=arch, residual=residual, init=init, attention=attention,
         init_args=init_args, alpha_min=alpha_min, decay_indexing=decay_indexing, decay_branches=decay_branches,
-        pos_embed=pos_embed, pos_embed_interp=pos_embed_interp,
+        decay_zero_init=bool(decay_zero_init), pos_embed=pos_embed, pos_embed_interp=pos_embed_interp,
         attention_args=attention_args, norm=norm, final_norm=bool(final_norm), token_graying=graying, **overrides,
     )
     return model

@@ -1,6 +1,7 @@
 """Per-step schedules of DINO (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers",
 ICCV 2021): learning rate, weight decay and teacher momentum follow ``cosine_schedule``; the teacher
-temperature follows ``linear_then_constant``.
+temperature follows ``linear_then_constant``. MAE's learning rate (He et al. 2022, ``util/lr_sched.py``) is
+``cosine_schedule`` with ``warmup_reaches_base=False``: the two differ only in the warm-up's last step.
 
 Both return one value per optimisation step (``epochs * steps_per_epoch`` values), precomputed as in
 DINO's ``utils.cosine_scheduler`` so that a resumed run indexes the same array at its global step.
@@ -29,13 +30,17 @@ def cosine_schedule(
     steps_per_epoch: int,
     warmup_epochs: int = 0,
     start_warmup_value: float = 0.0,
+    warmup_reaches_base: bool = True,
 ) -> np.ndarray:
-    """Linear warm-up then cosine decay, one value per step (DINO's ``cosine_scheduler``).
+    """Linear warm-up then cosine decay, one value per step (DINO's ``cosine_scheduler``, or MAE's).
 
     The warm-up goes linearly from ``start_warmup_value`` to ``base_value`` over
-    ``W = warmup_epochs * steps_per_epoch`` steps, both ends included (``np.linspace``). The remaining
-    ``n`` steps follow ``final + 0.5 * (base - final) * (1 + cos(pi * i / n))`` for ``i = 0 .. n-1``, so
-    the last value is just above ``final_value``, as in DINO.
+    ``W = warmup_epochs * steps_per_epoch`` steps. DINO includes both ends (``np.linspace``): step ``s``
+    gets ``start + (base - start) s / (W - 1)``, its last warm-up step is already ``base``. MAE
+    (``warmup_reaches_base=False``; ``lr_sched.adjust_learning_rate``: ``lr * epoch / warmup_epochs`` at the
+    fractional epoch ``s / steps_per_epoch``) gets ``start + (base - start) s / W``, reaching ``base`` only at
+    the first cosine step. The remaining ``n`` steps follow ``final + 0.5 * (base - final) * (1 + cos(pi * i
+    / n))`` for ``i = 0 .. n-1`` in both, so the last value is just above ``final_value``.
 
     Args:
         base_value: value at the end of the warm-up and start of the cosine (peak lr, initial wd ...).
@@ -44,6 +49,7 @@ def cosine_schedule(
         steps_per_epoch: optimisation steps per epoch.
         warmup_epochs: epochs of linear warm-up (0: none).
         start_warmup_value: value at the first warm-up step.
+        warmup_reaches_base: DINO's warm-up, whose last step is ``base_value`` (True), or MAE's (False).
 
     Returns:
         float64 array of length ``epochs * steps_per_epoch``.
@@ -53,7 +59,7 @@ def cosine_schedule(
     """
     _check_lengths(epochs, steps_per_epoch, warmup_epochs)
     total, warmup = int(epochs) * int(steps_per_epoch), int(warmup_epochs) * int(steps_per_epoch)
-    warm = np.linspace(start_warmup_value, base_value, warmup)
+    warm = np.linspace(start_warmup_value, base_value, warmup, endpoint=warmup_reaches_base)
     i = np.arange(total - warmup)
     cosine = final_value + 0.5 * (base_value - final_value) * (1.0 + np.cos(math.pi * i / max(len(i), 1)))
     return np.concatenate((warm, cosine)).astype(np.float64)

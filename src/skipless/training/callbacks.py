@@ -21,6 +21,7 @@ from ..analysis.knn import knn_accuracy
 from ..atomic import DiskFullError, atomic_write, size_text
 from ..divergence import DivergenceError, divergence_message, raise_if_loss_diverged
 from ..models import create_vit, save_backbone
+from ..world import isolated_rng
 from .collapse import CollapseMonitor
 from .data import SkipTally
 
@@ -195,9 +196,9 @@ class KNNMonitor(pl.Callback):
         self.random_accuracy: float | None = None
 
     def _score(self, backbone, device) -> float:
-        # On a forked RNG: the monitor must not change the crops the training draws next, or a
-        # resumed run (which skips this epoch's monitor) would see other crops than a straight one.
-        with torch.random.fork_rng(devices=[]):
+        # On forked generators: the monitor must not change the crops or masks the training draws next, or
+        # a resumed run (which skips this epoch's monitor) would see other ones than a straight one.
+        with isolated_rng(device):
             return knn_accuracy(backbone, self.train_batches, self.val_batches, device, k=self.k,
                             num_classes=self.num_classes)
 
@@ -205,7 +206,7 @@ class KNNMonitor(pl.Callback):
         if not trainer.is_global_zero or self.random_accuracy is not None:
             return
         args = dict(pl_module.exported_backbone().skipless_args)
-        with torch.random.fork_rng(devices=[]):
+        with isolated_rng(pl_module.device):  # the seed must not reach the training's CPU or GPU draws
             torch.manual_seed(0)
             fresh = self.random_backbone() if self.random_backbone else create_vit(args.pop("arch"), **args)
             fresh = fresh.to(pl_module.device)

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from ..analysis.block_signals import attention_signals, gradient_norms, parameter_snapshot, update_ratios
 from ..analysis.diagnostics import DiagnosticSettings, diagnose, result_to_json
 from ..analysis.tensorboard_values import tensorboard_values
+from ..world import isolated_rng
 
 
 def _log(trainer: pl.Trainer, metrics: dict[str, float]) -> None:
@@ -63,7 +64,7 @@ class ConditioningMonitor(pl.Callback):
     def _measure(self, trainer: pl.Trainer, pl_module: pl.LightningModule, epoch: int) -> None:
         if self._images is None:
             self._images = self.images_fn()
-        with torch.random.fork_rng(devices=[pl_module.device] if pl_module.device.type == "cuda" else []):
+        with isolated_rng(pl_module.device):
             d = diagnose(_trained(pl_module), self._images.to(pl_module.device), self.settings,
                          report=lambda line: tqdm.write(f"conditioning, epoch {epoch}: {line}"))
         _log(trainer, {f"watch/conditioning/{k}": v for k, v in tensorboard_values(d).items()})
@@ -114,10 +115,10 @@ class BlockSignals(pl.Callback):
         self._snapshot, self._grads = None, {}
         if self._images is None:
             self._images = self.images_fn()
-        with torch.random.fork_rng(devices=[pl_module.device] if pl_module.device.type == "cuda" else []):
+        with isolated_rng(pl_module.device):
             found = attention_signals(student, self._images.to(pl_module.device))
         for b, row in found.items():
-            for name in ("attention_entropy", "attention_diagonal", "token_cosine"):
+            for name in ("attention_entropy", "attention_diagonal", "token_cosine", "token_norm"):
                 if name in row:  # no entropy for attention rows that are not distributions
                     metrics[f"watch/signals/{name}/block{b}"] = row[name]
         _log(trainer, metrics)

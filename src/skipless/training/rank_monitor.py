@@ -17,6 +17,7 @@ import lightning.pytorch as pl
 import torch
 
 from ..analysis.class_token_rank import class_token_rank
+from ..world import isolated_rng
 
 
 class RankMonitor(pl.Callback):
@@ -37,7 +38,7 @@ class RankMonitor(pl.Callback):
             return
         if self._images is None:
             self._images = self.images_fn()
-        with torch.random.fork_rng(devices=[]):
+        with isolated_rng(pl_module.device):
             rank = class_token_rank(pl_module.exported_backbone(), self._images)
         for logger in trainer.loggers:
             logger.log_metrics({f"watch/rank/{k}": v for k, v in rank.items() if k != "images"},

@@ -74,6 +74,7 @@ RULES: dict[str, Rule] = {
     "model.alpha_min": optional(UNIT),
     "model.decay.indexing": one_of("sub_block", "layer"),
     "model.decay.branches": one_of("both", "attn", "mlp"),
+    "model.decay.zero_init": BOOL,
     "model.pos_embed": one_of("learned", "sincos"),
     "model.pos_embed_interp": NAME,
     "model.attention": NAME,

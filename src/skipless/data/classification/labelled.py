@@ -6,7 +6,7 @@ unreadable images met so far. One corrupt JPEG in a class folder must not stop a
 once per file; ``read(index)`` is the strict version for callers that would rather leave the image out
 (the evaluators' feature extraction).
 
-The readers (``imagenet.py``, ``cifar.py``, ``tiny_imagenet.py``, ``digits.py``) import this module and
+The readers (``imagenet.py``, ``cifar.py``, ``tiny_imagenet.py``, ``mnist.py``, ``digits.py``) import this module and
 nothing of ``registry.py``, which imports them to build its table: no circle.
 """
 from __future__ import annotations

@@ -5,11 +5,11 @@ Every reader gives the same thing, a ``LabelledImages`` (``labelled.py``: ``(ima
 ``class_names``, all ``labels`` as an array, the unreadable images skipped and counted).
 
 The readers of each layout live in their own modules and are listed by name in ``READERS`` below
-(``imagenet.py``, ``cifar.py`` for ``cifar10`` / ``cifar100``, ``tiny_imagenet.py``, ``digits.py`` for
-scikit-learn's 8 x 8 digits upsampled to 28 x 28, which need no folder); they import ``labelled.py``
-only, never this module, so the table is written here and nothing imports back. The embedded default
-(``default``) labels each generated scene with its dominant object class (10 classes), as the
-k-NN monitor of pretraining does.
+(``imagenet.py``, ``cifar.py`` for ``cifar10`` / ``cifar100``, ``tiny_imagenet.py``, ``mnist.py`` for
+MNIST's IDX files, ``digits.py`` for scikit-learn's 8 x 8 digits upsampled to 28 x 28, which need no
+folder); they import ``labelled.py`` only, never this module, so the table is written here and nothing
+imports back. The embedded default (``default``) labels each generated scene with its dominant object
+class (10 classes), as the k-NN monitor of pretraining does.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from .digits import read_digits
 from ..errors import UnknownDatasetError
 from .imagenet import read_imagenet
 from .labelled import LabelledImages
+from .mnist import read_mnist
 from .tiny_imagenet import read_tiny_imagenet
 
 SPLITS = ("train", "val")
@@ -48,6 +49,7 @@ READERS: dict[str, Callable[[Path, str, Any], LabelledImages]] = {
     "cifar100": lambda root, split, transform: read_cifar(CIFAR100, root, split, transform),
     "digits": read_digits,
     "imagenet": read_imagenet,
+    "mnist": read_mnist,
     "tiny-imagenet": read_tiny_imagenet,
 }
 

@@ -2,8 +2,8 @@
 
 The network is ``model.MaskedAutoencoder`` (masking, encoder on the visible patches, decoder, loss); this
 module runs its recipe in order in ``training_step``, on the shared parts DINO's module uses: per-step lr
-and weight decay from the schedules (``optim/schedules.py``: linear warm-up from 0, cosine to
-``optim.min_lr``; weight decay from ``optim.weight_decay`` to ``optim.weight_decay_end``, which the MAE
+and weight decay from the schedules (``optim/schedules.py``: MAE's linear warm-up from 0, ``base x s / W``
+at step s of W, then cosine to ``optim.min_lr``; weight decay from ``optim.weight_decay`` to ``optim.weight_decay_end``, which the MAE
 recipes set equal, so it is constant as in Zhang et al. App 8.1), the loss, the divergence guard, the
 backward pass, optional clipping (``optim.clip_grad``; 0 in MAE's recipes: MAE clips nothing), the step.
 Under mixed precision only the forward pass and the loss run under autocast; clipping and the step run
@@ -92,7 +92,8 @@ class MAE(pl.LightningModule):
             self.trainer.fit_loop.setup_data()
         steps, epochs = int(self.trainer.num_training_batches), int(t.epochs)
         self.schedules = {
-            "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
+            "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs,
+                                  warmup_reaches_base=False),  # MAE's lr_sched: base x s / W in the warm-up
             "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
         }
         return optimizer_from_config(o, param_groups(self.net), lr=float(self.schedules["lr"][0]))

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from ...config import CONFIG_DIR
 from ...config_rules import Rule, is_int, number, optional
 from ...models.vit import ARCHS
 from ...training.schema import BOOL, COUNT, CROP_SCALE, POSITIVE_INT, tiles_patches
@@ -55,4 +58,17 @@ def heads_divide(v: dict[str, Any]) -> str | None:
     return None
 
 
-RELATIONS = (tiles_patches("mae.input_size"), skips_exist, heads_divide)
+def preset_init_kept(v: dict[str, Any]) -> str | None:
+    """The MAE recipes set ``model.init=mae`` (He et al.'s init) and merge after the model preset, so a preset
+    that names its own init (``model=skipless``: the paper's cutskip; ``model=osa``) would silently lose it:
+    refused, with the two ways to say which is meant."""
+    preset = CONFIG_DIR / "model" / f"{v['model.name']}.yaml"
+    own = OmegaConf.select(OmegaConf.load(preset), "model.init") if preset.is_file() else None
+    if own is None or own == v["model.init"] or v["model.init"] != "mae":
+        return None
+    return (f"model={v['model.name']} names its own init {own}, which the MAE recipe's model.init=mae would replace; "
+            f"expected ARGS=\"model.init={own}\" to keep the preset's, or a preset without an init of its own "
+            f"(skip, decayed, skipless-plain) for MAE's")
+
+
+RELATIONS = (tiles_patches("mae.input_size"), skips_exist, heads_divide, preset_init_kept)
