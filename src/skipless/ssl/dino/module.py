@@ -125,8 +125,9 @@ class DINO(pl.LightningModule):
         return self.teacher_backbone()
 
     def base_lr(self) -> float:
-        """Peak lr for the global batch: ``optim.lr * lr_scale * batch_per_device * world_size / 256``
-        (DINO's linear scaling rule, ``summary.peak_lr``), at the trainer's world size once attached."""
+        """Peak lr for the global batch: ``optim.lr * lr_scale * global batch / 256`` (DINO's linear scaling
+        rule, ``summary.peak_lr``; the global batch counts the accumulated micro-batches), at the trainer's
+        world size once attached."""
         return peak_lr(self.cfg, self.trainer.world_size if self._trainer is not None else None)
 
     # ---- Lightning hooks ------------------------------------------------------------------------
