@@ -74,6 +74,8 @@ help: ## list targets and variables
 	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-mnist on mnist and digits, else paper:"
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
+	@echo "       the paper recipes keep their papers' global batch on any GPUS x NODES (train.global_batch: gradient"
+	@echo "       accumulation, stated in the run header); ARGS=\"model.grad_checkpointing=true\" trades compute for memory"
 	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
 	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/registry.py)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"

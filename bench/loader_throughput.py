@@ -26,8 +26,9 @@ from .table import markdown_table
 
 COLUMNS = ["recipe", "crops", "batch", "num_workers", "startup_s", "images_per_s", "demand_images_per_s",
            "loader_over_demand"]
+# global_batch null: one loader batch is 64 images (the paper recipe's 1024 would deal 16 x 64 per step)
 GPU_SIZES = ["recipe=paper", "data=default", "dino.global_crop_size=224", "dino.local_crop_size=96",
-             "dino.local_crops_number=10", "train.batch_size_per_device=64"]
+             "dino.local_crops_number=10", "train.batch_size_per_device=64", "train.global_batch=null"]
 
 
 def loader_row(overrides: list[str], num_workers: int, batches: int) -> dict:

@@ -4,7 +4,8 @@
 Every job that is not done becomes one SLURM job running ``jobs.run_job`` (the same function the
 local runner calls). A training run is a multi-node job: ``nodes`` x ``gpus_per_node`` tasks, one per
 GPU, and Lightning reads the SLURM environment inside each task (``train.devices`` and
-``train.num_nodes`` are set to match, and are part of the run's identity: they set the global batch).
+``train.num_nodes`` are set to match, and are part of the run's identity: they set the accumulation steps
+of a recipe's ``train.global_batch``, or the global batch where it is null).
 An evaluation is a one-GPU job that waits for its training run (``--dependency=afterok:<id>``); a
 last, GPU-less job writes the report once every other job has ended (``afterany``). ``make paper``
 returns after submitting; running it again later skips the jobs that are done, submits again the

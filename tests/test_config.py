@@ -111,6 +111,8 @@ DEMO = {
     "data.name": "default", "data.root": "data/default", "data.n_train": 2000, "data.n_val": 1000, "data.seed": 0,
     "choices.model": "skipless", "choices.optim": "adamw", "choices.data": "default", "choices.recipe": "demo",
     "ssl": "dino", "choices.ssl": "dino",  # issue 28: the method is a group (configs/ssl/dino.yaml), DINO by default
+    # issue 34: no accumulation in the demo (the global batch is the per-device one), no checkpointing
+    "train.global_batch": None, "model.grad_checkpointing": False,
 }
 
 
@@ -135,6 +137,7 @@ PAPER = {
     "optim.lr": 5e-4, "optim.lr_scale": 1.0, "optim.min_lr": 1e-6, "optim.warmup_epochs": 10,
     "optim.weight_decay": 0.04, "optim.weight_decay_end": 0.4, "optim.clip_grad": 3.0,
     "train.epochs": 300, "train.batch_size_per_device": 64, "train.export_epochs": [200, 300],
+    "train.global_batch": 1024,  # DINO's ViT-S/16 batch (Caron et al., Section 3.2), on any number of GPUs
     "data.name": "imagenet", "choices.recipe": "paper",
 }
 MODELS = {"skip": ("skip", "timm"), "skipless": ("skipless", "cutskip"), "skipless-plain": ("skipless", "timm"),

@@ -55,7 +55,7 @@ def test_the_paper_recipe_is_the_seeds_with_maes_values_where_it_is_silent():
     assert (o.lr, o.lr_scale, o.min_lr, o.warmup_epochs) == (1.5e-4, 1.0, 0.0, 40)  # seed App 8.1; MAE's blr
     assert o.weight_decay == o.weight_decay_end == 0.05  # constant
     assert list(o.betas) == [0.9, 0.95] and o.clip_grad == 0.0  # MAE's betas, no clipping
-    assert t.epochs == 800 and t.batch_size_per_device * 8 == 1024
+    assert t.epochs == 800 and t.global_batch == t.batch_size_per_device * 8 == 1024  # no accumulation on 8 GPUs
     assert (m.mask_ratio, m.norm_pix_loss, list(m.crop_scale)) == (0.75, True, [0.2, 1.0])
     assert (m.decoder.dim, m.decoder.depth, m.decoder.heads) == (512, 8, 16)
     assert cfg.model.pos_embed == "sincos" and cfg.model.residual == "decayed"

@@ -25,7 +25,8 @@ TINY_FOLDER = [
     "data=imagenet", "model.arch=vit_tiny", "model.depth=1",
     "dino.out_dim=32", "dino.hidden_dim=32", "dino.bottleneck_dim=16",
     "dino.global_crop_size=32", "dino.local_crop_size=16", "dino.local_crops_number=1",
-    "train.batch_size_per_device=4", "train.epochs=2", "optim.warmup_epochs=0", "train.export_epochs=[]",
+    "train.batch_size_per_device=4", "train.global_batch=null", "train.epochs=2", "optim.warmup_epochs=0",
+    "train.export_epochs=[]",
     "train.log_every_n_steps=1", "train.accelerator=cpu",
     "diagnostics.every_n_epochs=0", "diagnostics.signals_every_n_steps=0",  # tests/test_pretrain_diagnostics.py
 ]

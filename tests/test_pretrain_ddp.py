@@ -47,6 +47,29 @@ def test_two_cpu_processes_train_one_run_with_identical_weights(tmp_path):
     check_run(run_ddp(tmp_path, "cpu", 2), 2, "gloo")
 
 
+def test_two_cpu_processes_accumulating_two_micro_batches_train_as_with_one_batch_each(tmp_path):
+    """train.global_batch=16 on 2 processes at 4 per device: each accumulates 2 micro-batches, its gradients
+    all-reduced once, in the second micro-batch's backward pass (DDP's no_sync on the first). The ranks stay
+    equal, and the weights after the epoch's one step are those of the same 2 processes with 8 per device
+    (the same images on each rank: the sampler's order does not depend on the batch size), to float32
+    rounding (atol 1e-6, as tests/test_accumulation.py)."""
+    roots = {}
+    for name, extra in (("whole", ["train.batch_size_per_device=8"]),
+                        ("accumulated", ["train.batch_size_per_device=4", "train.global_batch=16"])):
+        (tmp_path / name).mkdir()
+        # eps 1e-4: AdamW's first step on a gradient that is rounding noise (tests/test_accumulation.py)
+        roots[name] = run_ddp(tmp_path / name, "cpu", 2, "auto", *extra, "optim.eps=1e-4")
+    states = {}
+    for name, root in roots.items():
+        ranks = [torch.load(root / f"rank{r}.pt", weights_only=True) for r in range(2)]
+        assert [r["steps"] for r in ranks] == [1, 1]
+        for key, value in ranks[0]["state"].items():
+            torch.testing.assert_close(ranks[1]["state"][key], value, rtol=0, atol=0)
+        states[name] = ranks[0]["state"]
+    for key, value in states["whole"].items():
+        torch.testing.assert_close(states["accumulated"][key], value, rtol=0, atol=1e-6, msg=lambda m: f"{key}: {m}")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_nccl_ddp_on_one_gpu(tmp_path):

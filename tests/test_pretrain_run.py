@@ -136,7 +136,9 @@ def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert main(["data=imagenet", f"data.root={tmp_path / 'absent'}"]) == 1
     out = capsys.readouterr()
     assert "data/README.md" in out.err
-    assert "recipe=paper" in out.out and "peak lr 0.000125 = model.lr.adamw" in out.out  # the header came first
+    # the header came first: the paper's lr at DINO's global batch of 1024 (16 accumulation steps on one device)
+    assert "recipe=paper" in out.out and "peak lr 0.002 = model.lr.adamw" in out.out
+    assert "global batch 1024 = 64/device x 1 device x 16 accumulation steps" in out.out
     assert main([f"run.root={tmp_path}", f"data.root={tmp_path / 'absent'}", "train.export_epochs=[2,5]"]) == 1
     assert "train.export_epochs lists epochs [5] outside 1..train.epochs=4" in capsys.readouterr().err
     assert main([f"run.root={tmp_path}", "run.resume=true"]) == 1
@@ -233,5 +235,6 @@ def test_resume_may_name_its_folder_another_way(tmp_path):
                                      "train.epochs=8"])
     assert resume_changes(again, run) == {"run.name": (None, run.name), "run.root": (str(tmp_path), f"{tmp_path}/"),
                                           "train.epochs": (4, 8)}
-    with pytest.raises(ResumeMismatchError, match=r"choices.recipe: 'demo' -> 'paper'; .* and 9 more\)"):
+    # the tenth: train.global_batch (null -> 1024)
+    with pytest.raises(ResumeMismatchError, match=r"choices.recipe: 'demo' -> 'paper'; .* and 10 more\)"):
         resume_changes(load_config("pretrain", [f"run.root={tmp_path}", "run.resume=true", "recipe=paper"]), run)

@@ -20,7 +20,7 @@ def test_demo_header_shows_its_recipe():
     for part in ("ssl=dino model=skipless optim=adamw data=default recipe=demo -> runs/skipless-adamw-default",
                  "vit_tiny/16", "residual skipless", "init cutskip (alpha 1.8, beta 1, c 3, center_mlp true)",
                  "pooling avg", "drop-path 0", "2 x 96 px + 4 x 48 px", "1024 prototypes", "teacher temp 0.02",
-                 "4 epochs", "global batch 32 (32/device x 1)", "adamw",
+                 "4 epochs", "global batch 32 = 32/device x 1 device, no accumulation", "adamw",
                  "peak lr 0.0003 = model.lr.adamw 0.0005 x optim.lr_scale 4.8 x 32/256", "epochs: none"):
         assert part in text, part
 
@@ -31,7 +31,8 @@ def test_paper_header_scales_the_lr_with_the_global_batch():
     text = pretrain_header(cfg)
     for part in ("vit_small/16", "residual skip", "init timm,", "pooling token", "2 x 224 px + 8 x 96 px",
                  "65536 prototypes", "norm_last_layer false", "teacher temp 0.04 -> 0.07 over 30 epochs",
-                 "300 epochs", "global batch 1024 (64/device x 16)", "soap", "peak lr 0.002 = model.lr.soap",
+                 "300 epochs", "global batch 1024 = 64/device x 16 devices, no accumulation", "soap",
+                 "peak lr 0.002 = model.lr.soap",
                  "epochs: 200, 300"):
         assert part in text, part
 
@@ -44,7 +45,21 @@ def test_peak_lr_is_lr_times_scale_times_global_batch_over_256(monkeypatch, devi
     expected = 5e-4 * 2 * 32 * world / 256
     assert math.isclose(peak_lr(cfg), expected)
     assert math.isclose(peak_lr(cfg, world=3), 5e-4 * 2 * 32 * 3 / 256)
-    assert f"global batch {32 * world} (32/device x {world})" in pretrain_header(cfg)
+    devices = f"{world} device" + ("s" if world > 1 else "")
+    assert f"global batch {32 * world} = 32/device x {devices}, no accumulation" in pretrain_header(cfg)
+
+
+@pytest.mark.parametrize("devices,nodes,steps", [(8, 1, 2), (4, 1, 4), (1, 1, 16), (8, 2, 1)])
+def test_the_paper_header_states_the_accumulation_of_its_global_batch(devices, nodes, steps):
+    """DINO's 1024 images per step (recipe/paper.yaml) on any number of devices: the lr stays that of 1024."""
+    cfg = load_config("pretrain", ["data=imagenet", "train.accelerator=cpu", f"train.devices={devices}",
+                                   f"train.num_nodes={nodes}"])
+    world = devices * nodes
+    text = pretrain_header(cfg)
+    made = f"64/device x {world} device{'s' if world > 1 else ''}" + (
+        f" x {steps} accumulation steps" if steps > 1 else ", no accumulation")
+    assert f"global batch 1024 = {made}" in text
+    assert "peak lr 0.002 = model.lr.adamw 0.0005 x optim.lr_scale 1 x 1024/256" in text
 
 
 def test_lr_key_names_the_key_that_set_the_lr():

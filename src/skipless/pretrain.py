@@ -39,7 +39,7 @@ from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
 from .training.trainer import build_trainer
-from .world import check_gpus_visible
+from .world import check_global_batch, check_gpus_visible
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -74,11 +74,12 @@ def check_keys(cfg: DictConfig) -> Method:
 
 def check_config(cfg: DictConfig) -> None:
     """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py and
-    the method's rules), more GPUs than this machine shows (``world.py``), what the method refuses beyond
-    single keys (DINO: a BatchNorm head that DDP on the CPU cannot synchronise), and a run folder that
-    could not be written."""
+    the method's rules), more GPUs than this machine shows and a global batch they do not divide
+    (``world.py``), what the method refuses beyond single keys (DINO: a BatchNorm head that DDP on the CPU
+    cannot synchronise), and a run folder that could not be written."""
     method = check_keys(cfg)
     check_gpus_visible(cfg)
+    check_global_batch(cfg)
     method.check(cfg)
     check_run_folder(run_dir_of(cfg))
 

@@ -3,7 +3,8 @@
 ``describe_model`` takes a ``model`` config section or the ``skipless_args`` a backbone file
 carries, so an evaluator can print the model it loaded the same way; ``pretrain_header`` adds the
 crops, the schedule and the effective peak lr of a pretraining config; ``peak_lr`` is the one
-place that scaling rule is written (DINO's linear rule: lr x lr_scale x global batch / 256).
+place that scaling rule is written (DINO's linear rule: lr x lr_scale x global batch / 256), and
+``describe_batch`` the one place the global batch is spelt out (per device x devices x accumulation).
 """
 from __future__ import annotations
 
@@ -12,18 +13,30 @@ from typing import Any
 
 from .models.decay import DEFAULT_ALPHA_MIN
 from .models.init import CUTSKIP_DEFAULTS
-from .world import world_size
+from .world import accumulation_steps, global_batch, world_size
 
 
 def peak_lr(cfg: Mapping, world: int | None = None) -> float:
     """The lr at the end of the warm-up: ``optim.lr * optim.lr_scale * global_batch / 256``.
 
     ``world`` is the number of processes (the trainer's world size once it runs); by default the
-    config's devices x nodes (``world.world_size``, which resolves ``train.devices=auto``).
+    config's devices x nodes (``world.world_size``, which resolves ``train.devices=auto``). The global
+    batch counts the accumulated micro-batches (``world.global_batch``): ``train.global_batch`` when set.
     """
-    world = world or world_size(cfg)
     o = cfg["optim"]
-    return float(o["lr"]) * float(o["lr_scale"]) * int(cfg["train"]["batch_size_per_device"]) * world / 256.0
+    return float(o["lr"]) * float(o["lr_scale"]) * global_batch(cfg, world) / 256.0
+
+
+def describe_batch(cfg: Mapping, world: int | None = None) -> str:
+    """``1024 = 64/device x 8 devices x 2 accumulation steps`` (``train.global_batch=1024``), or
+    ``32 = 32/device x 1 device, no accumulation`` (null, or a global batch one step fills); raises the
+    ``ConfigError`` of ``world.check_global_batch`` for a global batch the devices do not divide."""
+    world = world or world_size(cfg)
+    steps = accumulation_steps(cfg, world)
+    per_device = int(cfg["train"]["batch_size_per_device"])
+    made = f"{per_device}/device x {world} device{'s' if world > 1 else ''}"
+    tail = f" x {steps} accumulation steps" if steps > 1 else ", no accumulation"
+    return f"{global_batch(cfg, world)} = {made}{tail}"
 
 
 def lr_key(cfg: Mapping) -> str:
@@ -72,6 +85,14 @@ def describe_model(m: Mapping) -> str:
     return ", ".join(parts)
 
 
+def memory_lines(m: Mapping) -> list[str]:
+    """The header's line for ``model.grad_checkpointing`` (none when it is off)."""
+    if not m.get("grad_checkpointing"):
+        return []
+    return ["  memory   activation checkpointing (model.grad_checkpointing): each block's activations are "
+            "recomputed in the backward pass"]
+
+
 def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = None,
                     method_lines: Sequence[str] = ()) -> str:
     """The lines ``make pretrain`` prints before it starts (``cfg`` is a resolved pretraining config;
@@ -79,12 +100,9 @@ def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = N
     method's own lines, ``skipless.ssl.Method.header``, e.g. DINO's crops, head and teacher)."""
     m, o, t = cfg["model"], cfg["optim"], cfg["train"]
     choices = cfg.get("choices") or {}
-    world = world_size(cfg)
-    per_device = int(t["batch_size_per_device"])
-    batch = f"{per_device * world} ({per_device}/device x {world})"
     key = lr_key(cfg)
-    lr = (f"peak lr {peak_lr(cfg, world):.3g} = {key} {number_text(float(o['lr']))} x optim.lr_scale "
-          f"{number_text(float(o['lr_scale']))} x {per_device * world}/256")
+    lr = (f"peak lr {peak_lr(cfg):.3g} = {key} {number_text(float(o['lr']))} x optim.lr_scale "
+          f"{number_text(float(o['lr_scale']))} x {global_batch(cfg)}/256")
     exports = ", ".join(str(e) for e in t.get("export_epochs") or []) or "none"
     where = f" -> {run_dir}" if run_dir is not None else ""
     return "\n".join([
@@ -92,7 +110,8 @@ def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = N
         f"data={cfg['data']['name']} recipe={choices.get('recipe', '-')}{where}",
         f"  model    {describe_model(m)}",
         *(f"  {line}" for line in method_lines),
-        f"  train    {t['epochs']} epochs, global batch {batch}, {o['name']}, {lr}",
+        f"  train    {t['epochs']} epochs, global batch {describe_batch(cfg)}, {o['name']}, {lr}",
+        *memory_lines(m),
         f"  exports  backbone.pt (latest); backbone-epoch<N>.pt at epochs: {exports}",
         *([f"  precision {precision}"] if precision else []),
     ])

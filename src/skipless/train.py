@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from .config import load_config
 from .errors import SkiplessError, user_message
-from .summary import describe_model, lr_key, peak_lr
+from .summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
@@ -28,7 +28,7 @@ from .training.preflight import check_run_folder
 from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.trainer import build_trainer
-from .world import check_gpus_visible, world_size
+from .world import check_global_batch, check_gpus_visible, global_batch
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -37,18 +37,18 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 
 def check_config(cfg: DictConfig) -> None:
-    """Every key checked (``supervised/schema.py``), the GPUs asked for visible (``world.py``) and the run
-    folder writable, before anything is written."""
+    """Every key checked (``supervised/schema.py``), the GPUs asked for visible and the global batch a
+    whole number of micro-batches on them (``world.py``), and the run folder writable, before anything is
+    written."""
     check_train_config(cfg)
     check_gpus_visible(cfg)
+    check_global_batch(cfg)
     check_run_folder(run_dir_of(cfg))
 
 
 def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int, num_classes: int) -> str:
     """The lines ``make train`` prints before it starts."""
     m, o, t, a = cfg.model, cfg.optim, cfg.train, cfg.aug
-    world = world_size(cfg)
-    batch = int(t.batch_size_per_device) * world
     mix = (f"mixup {a.mixup:g} / cutmix {a.cutmix:g}" if (a.mixup > 0 or a.cutmix > 0) else "no mixup/cutmix")
     return "\n".join([
         f"skipless train: model={m.name} optim={o.name} dataset={cfg.data.name} "
@@ -57,9 +57,10 @@ def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int,
         f"  data     {train_size} train / {val_size} val images, {num_classes} classes, {a.image_size} px; "
         f"RandAugment {a.auto_augment or 'off'}, {mix}, label smoothing {a.label_smoothing:g}, "
         f"random erasing {a.re_prob:g}",
-        f"  train    {t.epochs} epochs, global batch {batch}, {o.name}, peak lr {peak_lr(cfg, world):.3g} = "
-        f"{lr_key(cfg)} {float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} x {batch}/256, "
+        f"  train    {t.epochs} epochs, global batch {describe_batch(cfg)}, {o.name}, peak lr {peak_lr(cfg):.3g} = "
+        f"{lr_key(cfg)} {float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} x {global_batch(cfg)}/256, "
         f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}",
+        *memory_lines(m),
         f"  precision {describe_precision(cfg)}",
     ])
 

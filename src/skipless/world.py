@@ -1,6 +1,6 @@
-"""How many processes a training run has, and whether they run on CUDA GPUs: the one reading of
-``train.accelerator``, ``train.devices`` and ``train.num_nodes`` that the header, the lr rule, the
-trainer and the resume check share.
+"""How many processes a training run has, whether they run on CUDA GPUs, and how its global batch is made
+of them: the one reading of ``train.accelerator``, ``train.devices``, ``train.num_nodes`` and
+``train.global_batch`` that the header, the lr rule, the loaders, the trainer and the resume check share.
 
 ``train.devices=auto`` means what it means to Lightning (``CUDAAccelerator.auto_device_count`` and
 ``CPUAccelerator.auto_device_count``): every GPU this process sees when the run goes on CUDA, one
@@ -14,6 +14,14 @@ generators back untouched.
 ``check_gpus_visible`` refuses a request for more GPUs than this machine shows, before anything is
 written: Lightning's ``auto`` accelerator would otherwise train ``GPUS=2`` as two CPU processes, with the
 lr scaled for their global batch. DDP on the CPU is asked for by name (``train.accelerator=cpu``).
+
+The global batch: ``train.global_batch`` null is ``batch_size_per_device x world size``, as before the
+key existed. Set (the paper recipes set their papers' batch), each optimizer step accumulates the
+gradients of ``k = global_batch / (batch_size_per_device x world size)`` micro-batches per device
+(``accumulation_steps``); a ``k`` that is not a whole number is refused in one sentence that lists what
+would divide (``check_global_batch``). The loaders then deal ``k x batch_size_per_device`` images per
+device and step (``batch_per_device_step``), and the training modules cut them into micro-batches of
+``batch_size_per_device`` (``training/micro_batches.py``).
 """
 from __future__ import annotations
 
@@ -74,3 +82,51 @@ def isolated_rng(device: torch.device | str) -> AbstractContextManager:
     open a CUDA context on each."""
     device = torch.device(device)
     return torch.random.fork_rng(devices=[device] if device.type == "cuda" else [])
+
+
+def global_batch(cfg: Mapping, world: int | None = None) -> int:
+    """The images of one optimizer step over all processes: ``train.global_batch``, or when it is null
+    ``batch_size_per_device x world`` (``world``: the trainer's world size; by default ``world_size``)."""
+    target = cfg["train"]["global_batch"]
+    if target is not None:
+        return int(target)
+    return int(cfg["train"]["batch_size_per_device"]) * (world or world_size(cfg))
+
+
+def accumulation_steps(cfg: Mapping, world: int | None = None) -> int:
+    """The micro-batches each process accumulates per optimizer step: ``global_batch / (batch_size_per_device
+    x world)``, 1 when ``train.global_batch`` is null; ``ConfigError`` when it is not a whole number."""
+    check_global_batch(cfg, world)
+    target, per_device = cfg["train"]["global_batch"], int(cfg["train"]["batch_size_per_device"])
+    return 1 if target is None else int(target) // (per_device * (world or world_size(cfg)))
+
+
+def batch_per_device_step(cfg: Mapping, world: int | None = None) -> int:
+    """The images each process loads per optimizer step: ``batch_size_per_device x accumulation_steps``."""
+    return int(cfg["train"]["batch_size_per_device"]) * accumulation_steps(cfg, world)
+
+
+def check_global_batch(cfg: Mapping, world: int | None = None) -> None:
+    """Refuse a ``train.global_batch`` that ``batch_size_per_device x world`` does not divide, in one sentence
+    naming the global batches, per-device batches and device counts that would."""
+    target = cfg["train"]["global_batch"]
+    if target is None:
+        return
+    target, per_device = int(target), int(cfg["train"]["batch_size_per_device"])
+    world = world or world_size(cfg)
+    step = per_device * world
+    if target % step == 0:
+        return
+    below, above = target // step * step, (target // step + 1) * step
+    ways = [f"a global batch that is a multiple of {step} (" + (f"{below} or " if below else "") + f"{above})"]
+    fits = [b for b in range(min(per_device, target // world), 0, -1) if not target % (b * world)][:3]
+    if fits:
+        ways.append(f"train.batch_size_per_device={' or '.join(map(str, fits))} (dividing {target} / {world} = "
+                    f"{target // world})")
+    counts = [w for w in range(1, 2 * world + 9) if not target % (per_device * w)][-3:]
+    if counts:
+        ways.append(f"{' or '.join(map(str, counts))} devices (GPUS= x NODES=)")
+    raise ConfigError(
+        f"train.global_batch={target} is not a whole number of micro-batches of train.batch_size_per_device="
+        f"{per_device} on {world} device{'s' if world > 1 else ''} ({step} images each); expected "
+        f"{', '.join(ways[:-1]) + ', or ' if len(ways) > 1 else ''}{ways[-1]} (nothing was written)")

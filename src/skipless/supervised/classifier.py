@@ -4,6 +4,10 @@ backbone (``vit_args`` of ``cfg.model``, timm's init plus the residual mode's) -
 final norm -> a linear head. Optimisation is manual so that the recipe reads in order in
 ``training_step``, as in ``ssl/dino/module.py``: per-step lr and weight decay from the schedules,
 batch mixing (mixup/cutmix), loss, divergence check, backward, optional global-norm clipping, step.
+Gradient accumulation (``train.global_batch``; ``training/micro_batches.py``): the step's images are mixed
+as one batch (mixup/cutmix pair the step's images, as they would in one batch of them all), then cut
+into micro-batches of ``train.batch_size_per_device``, each backpropagated with its share of the loss;
+clipping and the step come once, after the last (Xu et al.'s ``update_freq``, ConvNeXt's accumulation).
 Validation: top-1 / top-5 accuracy (torchmetrics, reduced across ranks), the plain cross-entropy and
 how often each class is predicted and labelled (``val_class_counts``, for the collapse monitor).
 
@@ -32,6 +36,7 @@ from ..optim.schedules import cosine_schedule
 from ..step_scalars import device_scalars
 from ..summary import peak_lr
 from ..training.collapse import ClassCounts
+from ..training.micro_batches import micro_steps
 from .augment import batch_mixer
 
 
@@ -55,6 +60,7 @@ class Supervised(pl.LightningModule):
         self.automatic_optimization = False
         self.backbone = classifier_backbone(cfg.model)
         compile_in_place((self.backbone,), bool(cfg.train.compile))
+        self.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))
         self.head = nn.Linear(self.backbone.embed_dim, self.num_classes)
         nn.init.trunc_normal_(self.head.weight, std=0.02)  # timm's init of a ViT's classifier
         nn.init.zeros_(self.head.bias)
@@ -97,18 +103,22 @@ class Supervised(pl.LightningModule):
         set_step_values(opt, lr, wd)
 
         images, labels = batch
-        train_metrics = {}
-        if self.mixer is not None:
-            images, targets = self.mixer(images, labels)  # smoothed, mixed one-hot targets
-            loss = torch.sum(-targets * F.log_softmax(self(images).float(), dim=-1), dim=-1).mean()
-        else:
-            logits = self(images).float()
-            loss = F.cross_entropy(logits, labels, label_smoothing=float(self.cfg.aug.label_smoothing))
-            # the batch's accuracy as trained (mixed images have no one label to score): the training
-            # curve beside val/top1, as seeds/004's Figure 1 plots them
-            train_metrics["train/top1"] = (logits.detach().argmax(-1) == labels).float().mean() * 100
+        # mixed as one batch (smoothed, mixed one-hot targets), then cut into micro-batches
+        mixed = self.mixer(images, labels) if self.mixer is not None else None
+        parts = micro_steps(self, batch if mixed is None else mixed, int(self.cfg.train.batch_size_per_device))
         opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)  # 16-mixed: the gradients come out unscaled (training/precision.py)
+        loss, top1 = 0.0, 0.0
+        for part, weight in parts:
+            logits = self(part[0]).float()
+            if mixed is not None:
+                part_loss = torch.sum(-part[1] * F.log_softmax(logits, dim=-1), dim=-1).mean()
+            else:
+                part_loss = F.cross_entropy(logits, part[1], label_smoothing=float(self.cfg.aug.label_smoothing))
+                # the batch's accuracy as trained (mixed images have no one label to score): the training
+                # curve beside val/top1, as seeds/004's Figure 1 plots them
+                top1 = top1 + (logits.detach().argmax(-1) == part[1]).float().mean() * 100 * weight
+            self.manual_backward(part_loss * weight)  # 16-mixed: unscaled after the last (training/precision.py)
+            loss = loss + part_loss.detach() * weight
         with full_precision():  # only the forward pass and the loss run under autocast
             if self.cfg.optim.clip_grad:
                 torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
@@ -116,9 +126,10 @@ class Supervised(pl.LightningModule):
         stop_if_diverged(self, loss, step)  # read every N steps: skipless/divergence.py
 
         schedule = device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)
-        self.log_dict({"train/loss": loss.detach(), **train_metrics, **schedule},
+        train_metrics = {"train/top1": top1} if mixed is None else {}
+        self.log_dict({"train/loss": loss, **train_metrics, **schedule},
                       on_step=True, prog_bar=False, batch_size=images.shape[0])
-        return loss.detach()
+        return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         images, labels = batch

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 from ..data.classification.registry import LabelledImages, classification_split
 from ..data.generator.synthetic import ensure_default
 from ..training.data import SkipTally, check_one_batch
+from ..world import batch_per_device_step
 from .augment import eval_transform, train_transform
 
 
@@ -35,9 +36,10 @@ def _workers(cfg: DictConfig) -> dict:
 
 
 def train_loader(cfg: DictConfig, dataset: LabelledImages) -> DataLoader:
-    """Shuffled full batches of ``dataset`` (in a ``SkipTally``); refuses a dataset with no full batch."""
+    """Shuffled full batches of ``dataset`` (in a ``SkipTally``), each the images of one optimizer step per
+    device (``training/data.py``); refuses a dataset with no full batch."""
     check_one_batch(cfg, len(dataset))
-    return DataLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=cfg.train.batch_size_per_device,
+    return DataLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=batch_per_device_step(cfg),
                       shuffle=True, drop_last=True, **_workers(cfg))
 
 

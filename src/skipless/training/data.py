@@ -8,7 +8,12 @@ the train split's images, and the k-NN monitor labels train and val images with 
 object class. ``imagenet``: an ImageNet-style folder at ``cfg.data.root`` (labels unused).
 
 The loader is checked against the dataset before any trainer or run folder exists: a dataset with
-fewer images than one batch per device is refused in one sentence. Its dataset is wrapped in a
+fewer images than one batch per device is refused in one sentence. A batch of the loader is what one
+device takes in one optimizer step, ``batch_size_per_device`` times the accumulation steps of
+``train.global_batch`` (``world.batch_per_device_step``; the modules cut it into micro-batches), so
+Lightning's steps, ``max_steps``, ``limit_train_batches`` and the per-step schedules count optimizer
+steps, and the last images of an epoch that fill no whole step are dropped (``drop_last``), as DINO's
+loader drops the last partial batch. Its dataset is wrapped in a
 ``SkipTally``, which marks each unreadable image once, whichever DataLoader worker met it.
 """
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ..data.image_folder import ImageFolderDataset, VOCImages
 from ..data.generator.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from ..world import world_size
+from ..world import accumulation_steps, batch_per_device_step, world_size
 
 DATASETS = ("default", "imagenet")
 
@@ -87,15 +92,21 @@ class SkipTally(Dataset):
 
 
 def check_one_batch(cfg: DictConfig, n_images: int) -> None:
-    """Refuse a dataset that cannot fill one batch per device (0 steps per epoch)."""
-    batch, world = int(cfg.train.batch_size_per_device), world_size(cfg)
+    """Refuse a dataset that cannot fill one optimizer step on every device (0 steps per epoch)."""
+    per_device, world, steps_of = int(cfg.train.batch_size_per_device), world_size(cfg), accumulation_steps(cfg)
+    batch = batch_per_device_step(cfg)
     limit = cfg.train.limit_train_batches
     steps = n_images // world // batch
     if steps == 0:
         most = n_images // world
+        if steps_of > 1:
+            raise ConfigError(f"data.root={cfg.data.root} holds {n_images} training images, fewer than one global "
+                              f"batch of train.global_batch={cfg.train.global_batch} ({steps_of} micro-batches of "
+                              f"{per_device} on each of {world} device(s)); expected at least {batch * world}: "
+                              f"set train.global_batch=null, or add images")
         fix = f"set train.batch_size_per_device={most} or less, or " if most else ""
         raise ConfigError(f"data.root={cfg.data.root} holds {n_images} training images, fewer than one batch of "
-                          f"train.batch_size_per_device={batch} on each of {world} device(s); expected at least "
+                          f"train.batch_size_per_device={per_device} on each of {world} device(s); expected at least "
                           f"{batch * world}: {fix}add images")
     if isinstance(limit, float) and int(steps * limit) == 0:
         raise ConfigError(f"train.limit_train_batches={limit:g} of {steps} batches per epoch leaves none; "
@@ -103,11 +114,11 @@ def check_one_batch(cfg: DictConfig, n_images: int) -> None:
 
 
 def pretrain_loader(cfg: DictConfig, dataset: Dataset, collate: Callable) -> DataLoader:
-    """The shuffled loader of ``dataset`` (wrapped in a ``SkipTally``), batched by the method's ``collate``;
-    refuses one with no full batch."""
+    """The shuffled loader of ``dataset`` (wrapped in a ``SkipTally``), batched by the method's ``collate``
+    in the images of one optimizer step per device (module docstring); refuses one with no full batch."""
     check_one_batch(cfg, len(dataset))
     dataset = SkipTally(dataset, cfg.train.num_workers)
-    return DataLoader(dataset, batch_size=cfg.train.batch_size_per_device, shuffle=True, drop_last=True,
+    return DataLoader(dataset, batch_size=batch_per_device_step(cfg), shuffle=True, drop_last=True,
                       num_workers=cfg.train.num_workers, collate_fn=collate,
                       pin_memory=torch.cuda.is_available(),
                       # fresh workers each epoch, seeded from the (checkpointed) RNG: exact resume

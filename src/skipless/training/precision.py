@@ -13,8 +13,10 @@ any hook sees them, so per-parameter clipping, the freeze and the logged gradien
 true gradients (DINO: ``fp16_scaler.unscale_`` before ``clip_gradients``). Lightning's own plugin
 unscales only inside its optimizer step, after the module has already clipped. A step whose
 gradients are not finite is skipped by the GradScaler and counted (``skipped_steps``; TensorBoard
-``train/amp_skipped_steps`` and ``train/loss_scale``, ``LossScaleMonitor``). One backward pass per
-optimizer step (the modules here do not accumulate gradients).
+``train/amp_skipped_steps`` and ``train/loss_scale``, ``LossScaleMonitor``). Under gradient accumulation
+(``train.global_batch``, ``training/micro_batches.py``) the backward passes of the micro-batches before the
+last run inside ``keep_scaled``: their gradients add up scaled by the one loss scale of the step, and the
+sum is unscaled once, after the last backward pass, before the clipping reads it.
 
 The pure low-precision modes (bf16-true, 16-true) are refused by the schemas: they would keep the
 weights, the optimizer's moments and the EMA teacher in bf16/fp16, where an EMA at momentum 0.996 loses
@@ -22,6 +24,8 @@ most of each update to rounding (measured: a bf16 teacher moved 56% as far as an
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import lightning.pytorch as pl
@@ -106,17 +110,29 @@ class StepOutsideAutocast(MixedPrecision):
         super().__init__(precision, device, scaler=scaler)  # type: ignore[arg-type]
         self.skipped_steps = 0
         self._unscaled: set[int] = set()
+        self._keep_scaled = False
 
     def _unscale(self, optimizer: Any) -> None:
         if id(optimizer) not in self._unscaled:
             self.scaler.unscale_(optimizer)
             self._unscaled.add(id(optimizer))
 
+    @contextmanager
+    def keep_scaled(self) -> Iterator[None]:
+        """Backward passes inside leave the gradients scaled: the micro-batches of an accumulated step but
+        its last (``training/micro_batches.py``), whose backward pass unscales the sum."""
+        self._keep_scaled = True
+        try:
+            yield
+        finally:
+            self._keep_scaled = False
+
     def post_backward(self, tensor: torch.Tensor, module: pl.LightningModule) -> torch.Tensor:
-        if self.scaler is not None:
+        if self.scaler is not None and not self._keep_scaled:
             if self._unscaled:
-                raise RuntimeError("a second backward pass before the optimizer step: 16-mixed here unscales "
-                                   "the gradients after each backward pass, so it takes one backward per step")
+                raise RuntimeError("a second backward pass after the gradients were unscaled: 16-mixed unscales "
+                                   "them after the last backward pass of a step, and the micro-batches before it "
+                                   "run inside keep_scaled (training/micro_batches.py)")
             with full_precision():
                 for optimizer in module.trainer.optimizers:
                     self._unscale(optimizer)

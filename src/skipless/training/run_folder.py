@@ -48,7 +48,7 @@ RESUMABLE = (
     "train.log_every_n_steps", "train.knn_every_n_epochs", "train.knn_k", "train.keep_checkpoints",
     "train.export_epochs", "train.max_steps", "train.limit_train_batches",
     "train.val_every_n_epochs", "train.limit_val_batches",  # supervised runs: how often and how much to validate
-    "train.compile", "optim.implementation",  # how the same computation runs (to float tolerance)
+    "train.compile", "optim.implementation", "model.grad_checkpointing",  # how the same computation runs
     # what the diagnostics callbacks measure and how often: they observe the run and never change it
     "diagnostics.every_n_epochs", "diagnostics.signals_every_n_steps", "diagnostics.layers", "diagnostics.images",
     "diagnostics.jacobian_images", "diagnostics.tol", "diagnostics.max_iter", "diagnostics.dtype",

@@ -88,6 +88,7 @@ RULES: dict[str, Rule] = {
     "model.token_graying.eps": optional(number(0, 1, low_open=True)),
     "model.global_pool": NAME,
     "model.drop_path_rate": UNIT_OPEN,
+    "model.grad_checkpointing": BOOL,
     "model.lr.*": POSITIVE,
     "optim.name": one_of(*OPTIMIZERS),
     "optim.lr": POSITIVE,
@@ -106,6 +107,7 @@ RULES: dict[str, Rule] = {
     "optim.implementation": one_of("fused", "foreach", "loop"),
     "train.epochs": POSITIVE_INT,
     "train.batch_size_per_device": POSITIVE_INT,
+    "train.global_batch": optional(POSITIVE_INT),  # divisibility by the devices: world.check_global_batch
     "train.num_workers": COUNT,
     "train.accelerator": one_of(*ACCELERATORS),
     "train.devices": WORLD,

@@ -9,6 +9,8 @@ center is the same at any world size.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -64,11 +66,16 @@ class DINOLoss(nn.Module):
         return total / pairs, entropy
 
     @torch.no_grad()
-    def update_center(self, teacher_out: torch.Tensor) -> None:
-        """EMA of the center towards the mean teacher output of the global batch (all ranks)."""
-        batch_sum = teacher_out.float().sum(dim=0, keepdim=True)
+    def update_center(self, teacher_out: torch.Tensor | Sequence[torch.Tensor]) -> None:
+        """EMA of the center towards the mean teacher output of the global batch (all ranks). ``teacher_out``
+        is one batch's, or the list of an accumulated step's micro-batches: their mean over every row is
+        that of one batch of them all (``module.py``)."""
+        outs = [teacher_out] if isinstance(teacher_out, torch.Tensor) else list(teacher_out)
+        batch_sum = outs[0].float().sum(dim=0, keepdim=True)
+        for more in outs[1:]:
+            batch_sum += more.float().sum(dim=0, keepdim=True)
         # written by a kernel: torch.tensor(..., device=) would copy from the host, a sync on a GPU
-        count = torch.full((1,), float(teacher_out.shape[0]), dtype=torch.float32, device=teacher_out.device)
+        count = torch.full((1,), float(sum(t.shape[0] for t in outs)), dtype=torch.float32, device=outs[0].device)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(batch_sum)
             dist.all_reduce(count)

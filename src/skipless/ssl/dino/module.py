@@ -9,8 +9,19 @@ run under autocast; clipping, the freeze, the step, the center and the EMA run i
 DINO's scope; ``skipless.full_precision``, ``training/precision.py``).
 
 Recipe values live in ``configs/pretrain.yaml``. The schedules are defined on the
-**global** batch: lr = base_lr * batch_per_device * world_size / 256, so any world size trains the
-same recipe; the center is all-reduced (``DINOLoss.update_center``).
+**global** batch: lr = base_lr * global batch / 256, so any world size trains the same recipe; the
+center is all-reduced (``DINOLoss.update_center``).
+
+Gradient accumulation (``train.global_batch``; ``training/micro_batches.py``): a step's crops are cut into
+micro-batches of ``train.batch_size_per_device``; each runs the teacher, the student and the loss, and
+backpropagates its share of the loss (its images / the step's), so the gradients add up to those of one
+batch of them all. Everything that follows the backward pass runs once per optimizer step, as DINO's
+loop does per batch: clipping, the last-layer freeze, the step, the center, the EMA; the schedules are
+indexed by the optimizer step. Every micro-batch of a step sees the same teacher, center and teacher
+temperature, and the center moves towards the mean teacher output over all of them, so a step of
+``k`` micro-batches of ``b`` computes what one batch of ``k x b`` does, to float rounding
+(``tests/test_accumulation.py``). A BatchNorm head (``dino.use_bn_in_head``) normalises each micro-batch
+on its own (over all ranks under DDP), the one part that differs.
 
 The parts of the step run inside ``torch.profiler.record_function`` ranges named in ``RANGES``, so
 that ``bench/profile_step.py`` can say where a step's time goes; without a profiler running they
@@ -35,6 +46,7 @@ from ...optim.param_groups import clip_gradients_per_parameter, param_groups, se
 from ...optim.schedules import cosine_schedule, linear_then_constant
 from ...step_scalars import device_scalars
 from ...summary import peak_lr
+from ...training.micro_batches import micro_steps
 from .head import DINOHead
 from .loss import DINOLoss
 from .multicrop import denormalize
@@ -94,6 +106,7 @@ class DINO(pl.LightningModule):
         self.teacher.load_state_dict(self.student.state_dict())
         self.teacher.requires_grad_(False)
         compile_in_place((self.student.backbone, self.teacher.backbone), bool(cfg.train.compile))
+        self.student.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))  # the teacher has no backward
         self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
                                 center_momentum=d.center_momentum)
         self.schedules: dict[str, np.ndarray] = {}  # per-step values, built in configure_optimizers
@@ -112,8 +125,9 @@ class DINO(pl.LightningModule):
         return self.teacher_backbone()
 
     def base_lr(self) -> float:
-        """Peak lr for the global batch: ``optim.lr * lr_scale * batch_per_device * world_size / 256``
-        (DINO's linear scaling rule, ``summary.peak_lr``), at the trainer's world size once attached."""
+        """Peak lr for the global batch: ``optim.lr * lr_scale * global batch / 256`` (DINO's linear scaling
+        rule, ``summary.peak_lr``; the global batch counts the accumulated micro-batches), at the trainer's
+        world size once attached."""
         return peak_lr(self.cfg, self.trainer.world_size if self._trainer is not None else None)
 
     # ---- Lightning hooks ------------------------------------------------------------------------
@@ -144,16 +158,20 @@ class DINO(pl.LightningModule):
 
         if step == 0 and self.global_rank == 0:
             self._log_crops(crops)
-        with torch.no_grad(), record_function(RANGES["teacher"]):
-            teacher_out = self.teacher(crops[:2])
-        with record_function(RANGES["student"]):
-            student_out = self.student(crops)
-        with record_function(RANGES["loss"]):
-            loss, entropy = self.loss_fn(student_out, teacher_out, temp)
-
-        with record_function(RANGES["backward"]):
-            opt.zero_grad(set_to_none=True)
-            self.manual_backward(loss)  # 16-mixed: the gradients come out unscaled (training/precision.py)
+        opt.zero_grad(set_to_none=True)
+        loss = entropy = 0.0
+        teacher_outs = []  # of every micro-batch, for the center (one mean over them all)
+        for part, weight in micro_steps(self, crops, int(self.cfg.train.batch_size_per_device)):
+            with torch.no_grad(), record_function(RANGES["teacher"]):
+                teacher_out = self.teacher(part[:2])
+            with record_function(RANGES["student"]):
+                student_out = self.student(part)
+            with record_function(RANGES["loss"]):
+                part_loss, part_entropy = self.loss_fn(student_out, teacher_out, temp)
+            with record_function(RANGES["backward"]):
+                self.manual_backward(part_loss * weight)  # 16-mixed: unscaled after the last (training/precision.py)
+            loss, entropy = loss + part_loss.detach() * weight, entropy + part_entropy * weight
+            teacher_outs.append(teacher_out)
         # Only the forward passes and the loss run under the autocast Lightning opened for this step:
         # from here on everything runs in fp32, as in DINO's main_dino.py.
         with full_precision():
@@ -166,7 +184,7 @@ class DINO(pl.LightningModule):
             with record_function(RANGES["optimizer"]):
                 opt.step()  # 16-mixed: skipped by the loss scaler when a gradient is not finite
             with record_function(RANGES["center"]):
-                self.loss_fn.update_center(teacher_out)
+                self.loss_fn.update_center(teacher_outs)
             with record_function(RANGES["ema"]):
                 self._ema_update(momentum)
         # Recorded on the device, read every train.log_every_n_steps and before each epoch end's saves
@@ -175,10 +193,10 @@ class DINO(pl.LightningModule):
         with record_function(RANGES["log"]):
             schedule = {"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd, "watch/schedule/momentum": momentum,
                         "watch/schedule/teacher_temp": temp}
-            self.log_dict({"train/loss": loss.detach(), "train/kl_teacher_student": (loss - entropy).detach(),
+            self.log_dict({"train/loss": loss, "train/kl_teacher_student": loss - entropy,
                            "train/teacher_entropy": entropy, **device_scalars(schedule, self.device)},
                           on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
-        return loss.detach()
+        return loss
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["skipless_config"] = OmegaConf.to_container(self.cfg, resolve=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 import torch
+from timm.models import checkpoint
 from timm.models.vision_transformer import Block
 from torch import nn
 
@@ -68,6 +69,7 @@ class MAEDecoder(nn.Module):
         self._skip_source = {dec: enc for enc, dec in pairs}  # decoder block -> the encoder block it receives
         # Keyed by the decoder block a skip feeds (a str: ModuleDict keys), so the state dict says where it goes.
         self.skips = nn.ModuleDict({str(dec): EncoderSkip(enc_dim, dec_dim) for _, dec in pairs})
+        self.grad_checkpointing = False  # recompute each block in the backward pass (model.set_grad_checkpointing)
         self._init_weights()
 
     @property
@@ -119,9 +121,10 @@ class MAEDecoder(nn.Module):
                 f"{ids_restore.shape[1]} patches do not fill a {grid[0]}x{grid[1]} grid; pass the images' grid")
         x = unshuffle(self.decoder_embed(latent), self.mask_token, ids_restore)
         x = x + self.pos_embed(grid).to(x.dtype)
+        recompute = self.grad_checkpointing and torch.is_grad_enabled()
         for d, block in enumerate(self.decoder_blocks):
             if d in self._skip_source:
                 x = self.skips[str(d)](x, taps[self._skip_source[d]], ids_restore)
-            x = block(x)
+            x = checkpoint(block, x) if recompute else block(x)
         x = self.decoder_pred(self.decoder_norm(x))
         return x[:, 1:]

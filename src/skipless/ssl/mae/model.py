@@ -11,6 +11,10 @@ blocks, ``norm``. Only CLS and the ``int(N (1 - mask_ratio))`` visible patches e
 The latent is the output of ``encoder.norm``: with ``global_pool='avg'`` or ``final_norm=False``
 timm makes that an identity and the decoder sees the last block's raw output.
 
+``set_grad_checkpointing`` (``model.grad_checkpointing``) recomputes each encoder and decoder block in the
+backward pass (timm's ``checkpoint``, as the encoder's own ``forward_features`` would with timm's
+``set_grad_checkpointing``, which this module's loop over the visible tokens does not go through).
+
 The loss (``loss.py``) is MAE's: per-patch MSE on the masked patches, against per-patch normalised
 pixels with ``norm_pix_loss`` (the seed's setting for its probes; its Figure 2 used plain pixels).
 """
@@ -20,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import torch
+from timm.models import checkpoint
 from torch import nn
 
 from ...errors import ModelArgumentError
@@ -77,6 +82,11 @@ class MaskedAutoencoder(nn.Module):
             encoder.embed_dim, grid, ph, dec_dim=decoder_dim, dec_depth=decoder_depth, dec_heads=decoder_heads,
             in_chans=encoder.patch_embed.proj.in_channels, skip_pairs=skip_pairs, enc_depth=len(encoder.blocks))
 
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute every encoder and decoder block in the backward pass instead of keeping its activations."""
+        self.encoder.set_grad_checkpointing(enable)
+        self.decoder.grad_checkpointing = enable
+
     def forward_encoder(self, images: torch.Tensor, mask_ratio: float | None = None,
                         generator: torch.Generator | None = None) -> EncoderOutput:
         """Embed, add positions, mask, and encode CLS plus the visible patches (see the module doc)."""
@@ -93,8 +103,9 @@ class MaskedAutoencoder(nn.Module):
         x = enc.norm_pre(enc.patch_drop(x))
         tapped = set(self.decoder.tapped_blocks)
         taps: dict[int, torch.Tensor] = {}
+        recompute = enc.grad_checkpointing and torch.is_grad_enabled()
         for i, block in enumerate(enc.blocks):
-            x = block(x)
+            x = checkpoint(block, x) if recompute else block(x)
             if i in tapped:
                 taps[i] = x
         return EncoderOutput(enc.norm(x), mask, ids_restore, taps, grid)

@@ -9,6 +9,15 @@ backward pass, optional clipping (``optim.clip_grad``; 0 in MAE's recipes: MAE c
 Under mixed precision only the forward pass and the loss run under autocast; clipping and the step run
 in fp32 (``skipless.full_precision``, ``training/precision.py``).
 
+Gradient accumulation (``train.global_batch``, MAE's ``accum_iter``; ``training/micro_batches.py``): the
+step's images are cut into micro-batches of ``train.batch_size_per_device``, each masked, encoded, decoded
+and backpropagated with its share of the loss (MAE divides by ``accum_iter``); the step, and the
+schedules indexed by it, come once per optimizer step. Every image draws its own mask either way, so
+a step of ``k`` micro-batches computes what one batch of them all does when the masks are the same.
+An epoch's trailing micro-batches that fill no step are dropped: MAE's ``engine_pretrain.py`` runs them
+and zeroes their gradients when the next epoch begins (``optimizer.zero_grad()`` in ``train_one_epoch``);
+here the loader never deals them (``drop_last``).
+
 It logs ``train/loss`` and, beside it, ``train/mean_patch_loss``: the loss of predicting each masked
 patch's own mean (with the normalised target: 0, a loss of about 1), the floor a model that learned
 nothing about the image sits at (``loss.mean_patch_baseline``).
@@ -34,6 +43,7 @@ from ...optim.param_groups import clip_gradients_per_parameter, param_groups, se
 from ...optim.schedules import cosine_schedule
 from ...step_scalars import device_scalars
 from ...summary import peak_lr
+from ...training.micro_batches import micro_steps
 from .loss import mean_patch_baseline
 from .model import MaskedAutoencoder
 from .skips import mirror_skip_pairs
@@ -70,6 +80,7 @@ class MAE(pl.LightningModule):
             decoder_heads=int(m.decoder.heads), mask_ratio=float(m.mask_ratio), norm_pix_loss=bool(m.norm_pix_loss),
             skip_pairs=skip_pairs_of(cfg, len(encoder.blocks)))
         compile_in_place((self.net.encoder,), bool(cfg.train.compile))
+        self.net.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))
         self.schedules: dict[str, np.ndarray] = {}  # per-step values, built in configure_optimizers
 
     # ---- the pieces other code uses -------------------------------------------------------------
@@ -105,22 +116,26 @@ class MAE(pl.LightningModule):
         opt = self.optimizers()
         set_step_values(opt, lr, wd)
 
-        loss, pred, mask = self.net(images)
         opt.zero_grad(set_to_none=True)
-        self.manual_backward(loss)  # 16-mixed: the gradients come out unscaled (training/precision.py)
+        loss, masks = 0.0, []
+        for part, weight in micro_steps(self, images, int(self.cfg.train.batch_size_per_device)):
+            part_loss, _, mask = self.net(part)
+            self.manual_backward(part_loss * weight)  # 16-mixed: unscaled after the last (training/precision.py)
+            loss = loss + part_loss.detach() * weight
+            masks.append(mask)
         with full_precision():
             if self.cfg.optim.clip_grad:
                 clip_gradients_per_parameter(self.net.parameters(), self.cfg.optim.clip_grad)
             opt.step()
         stop_if_diverged(self, loss, step)
-        scalars = {"train/loss": loss.detach(),
+        scalars = {"train/loss": loss,
                    **device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)}
         if step % int(self.cfg.train.log_every_n_steps) == 0:  # the floor only where a step is written
             with torch.no_grad():
-                scalars["train/mean_patch_loss"] = mean_patch_baseline(images.float(), self.net.patch_size, mask,
-                                                                       self.net.norm_pix_loss)
+                scalars["train/mean_patch_loss"] = mean_patch_baseline(images.float(), self.net.patch_size,
+                                                                       torch.cat(masks), self.net.norm_pix_loss)
         self.log_dict(scalars, on_step=True, prog_bar=False, batch_size=images.shape[0])
-        return loss.detach()
+        return loss
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["skipless_config"] = OmegaConf.to_container(self.cfg, resolve=True)
