@@ -13,7 +13,9 @@ import pytest
 from PIL import Image
 
 import skipless.pretrain as pretrain_module
-from skipless.config import ConfigError, available, leaf_values, load_config
+from omegaconf import OmegaConf
+
+from skipless.config import CONFIG_DIR, ConfigError, available, leaf_values, load_config
 from skipless.pretrain import check_keys, main, pretrain, run_dir_of
 from skipless.divergence import divergence_message
 from skipless.training.interrupt import resume_message
@@ -91,6 +93,11 @@ def test_every_key_of_every_group_choice_has_a_rule_and_the_shipped_configs_pass
         if others:
             with pytest.raises(ConfigError, match=f"recipe={recipe} sets keys of ssl={others[0]}"):
                 check_keys(cfg)
+            continue
+        preset_init = OmegaConf.select(OmegaConf.load(CONFIG_DIR / "model" / f"{model}.yaml"), "model.init")
+        if ssl == "mae" and cfg.model.init == "mae" and preset_init not in (None, "mae"):
+            with pytest.raises(ConfigError, match=f"model={model} names its own init {preset_init}"):
+                check_keys(cfg)  # the MAE recipe's init=mae would silently replace the preset's
             continue
         check_keys(cfg)
         rules = {**RULES, **METHODS[ssl].rules}
