@@ -26,6 +26,8 @@ RESUME ?=
 EXP ?=
 SCALE ?=
 DRY ?=
+PREFLIGHT ?=
+PREFLIGHT_BATCH ?=
 ARGS ?=
 PORT ?= 6006
 # make tensorboard listens on this machine only unless HOST= is given on the make line: anyone who can reach
@@ -77,6 +79,8 @@ help: ## list targets and variables
 	@echo "       a path with spaces quoted as in a shell: CKPT='\"runs/my run\" random'"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  EXP=$(call choices,experiments) (make paper: configs/experiments/)   SCALE=demo|quick|full   DRY=1 (list the jobs)"
+	@echo "  PREFLIGHT=1 (with SCALE=full: every job at the paper's sizes for 2 steps on fake data, here; a table of"
+	@echo "       errors, step time, memory per image, GPU-hour estimates)   PREFLIGHT_BATCH=N (its images per device)"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
 	@echo "       interface, so anyone on the network can read the runs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
@@ -120,8 +124,8 @@ linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRE
 tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATASET= CKPT= ARGS=
 	$(PY) -m eval.tsne $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 ARGS=
-	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(ARGS)
+paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 PREFLIGHT=1 ARGS=
+	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)
