@@ -2,19 +2,19 @@
 
 Before any cluster hour: every job of the experiment's full scale runs here once, in dependency order,
 at the paper's model, crop and multi-crop sizes, on fake datasets laid out as the real ones; then it
-prints per job passed or its one-sentence error, the second step's time, the memory per image, and the
+prints per job passed or its one-sentence error, the last step's time, the memory per image, and the
 recipe's GPU-hours estimated from its FLOPs (``gpu_hours.py``: an estimate, and said so). Settings:
 ``preflight`` in ``configs/paper.yaml``.
 
 How each job is changed, and nothing else (``preflight_checks``):
 
 - trainings run ``preflight.steps`` optimizer steps (2) as epoch 1 of the real schedule
-  (``train.max_steps`` and ``train.limit_train_batches``, ``train.epochs`` untouched), at
-  ``preflight.batch`` images per device (null: 2 on a CPU, the recipe's own on a GPU;
-  ``train.global_batch=null`` where the config has that key), export ``backbone-epoch1.pt``
-  (``train.export_epochs=[1]``), and take ``preflight.pretrain`` / ``preflight.train`` last (fewer
-  loader workers, the monitors on fewer images). They run through ``step_meter.py``, which times the
-  steps and the memory each added.
+  (``train.max_steps`` and ``train.limit_train_batches``, ``train.epochs`` untouched), in one process
+  (``train.devices=1 train.num_nodes=1``) at ``preflight.batch`` images per device (null: 2 on a CPU,
+  the recipe's own on a GPU; ``train.global_batch=null`` where the config has that key), export
+  ``backbone-epoch1.pt`` (``train.export_epochs=[1]``), and take ``preflight.pretrain`` /
+  ``preflight.train`` last (fewer loader workers, the monitors on fewer images). They run through
+  ``step_meter.py``, which times the steps and the memory each added.
 - evaluations read that ``backbone-epoch1.pt`` in place of the checkpoint of their epoch (200, 300,
   800 ...), with ``preflight.<evaluator>`` last (one epoch of the heads' training).
 - every job runs in the pre-flight's folder (``<preflight.root>/<exp>-<date>-<time>/``), with the
@@ -24,9 +24,9 @@ How each job is changed, and nothing else (``preflight_checks``):
   embedded default). Nothing is written in ``runs/paper``; the folder can be removed whole.
 
 Per job the table gives: passed, or the job's one-sentence error (its last ``error:`` line, else its
-last line: ``jobs.error_line``); its wall time; the largest resident set of its processes (``wait4``);
-for a training the batch, the last step's seconds and the memory that step added per image
-(``step_meter.py`` says how it is measured, and that at a small batch it overstates), and the estimate.
+last line: ``jobs.error_line``); its wall time and the CPU time and largest resident set of its
+processes (``wait4``); for a training the batch, the last step's seconds and the memory that step added
+per image, its activations (``step_meter.py`` says how both are measured), and the estimate.
 """
 from __future__ import annotations
 
@@ -141,6 +141,7 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
         steps = int(settings.steps)
         words = [*full, *settings[job.entry], f"train.batch_size_per_device={batch}", f"train.max_steps={steps}",
                  f"train.limit_train_batches={steps}", f"train.export_epochs=[{EXPORT_EPOCH}]",
+                 "train.devices=1", "train.num_nodes=1",  # one process: the per-device sizes are what is checked
                  *(["train.global_batch=null"] if "global_batch" in cfg.train else []),
                  *(w for w in job.overrides if w.split("=", 1)[0] in ("run.root", "run.name"))]
         meter = folder / "meters" / f"{job.name}.json"
@@ -243,11 +244,16 @@ def line_of(check: Check) -> str:
                         f"({_mb(added / max(step['images'], 1))} MB/image at batch {step['images']})")
     if isinstance(check.estimate, Estimate):
         e = check.estimate
-        parts.append(f"{e.flop_per_image / 1e9:.1f} GFLOP/image x {e.epochs} epochs x {e.train_images:,} images = "
+        parts.append(f"{gflop_text(e.flop_per_image)} GFLOP/image x {e.epochs} epochs x {e.train_images:,} images = "
                      f"{hours_text(e.hours)} GPU-hours ({e.gpu}, MFU {e.mfu:.0%})")
     elif check.estimate:
         parts.append(check.estimate)
     return f"{head}): " + "; ".join(parts)
+
+
+def gflop_text(flop: float) -> str:
+    """FLOPs in GFLOP: 113.8 / 0.118."""
+    return f"{flop / 1e9:.1f}" if flop >= 1e9 else f"{flop / 1e9:.3g}"
 
 
 def hours_text(hours: float) -> str:
@@ -270,7 +276,7 @@ def table(checks: list[Check]) -> list[str]:
         rows.append("| " + " | ".join([
             c.job.name, _cell(f"{c.status}: {c.error}" if c.error else c.status),
             f"{c.seconds:.0f}", f"{c.cpu_seconds:.0f}", str(c.batch or "-"), f"{step['seconds']:.2f}" if step else "-",
-            _mb(per_image), _mb(c.peak_rss_bytes or None), f"{e.flop_per_image / 1e9:.1f}" if e else "-",
+            _mb(per_image), _mb(c.peak_rss_bytes or None), gflop_text(e.flop_per_image) if e else "-",
             f"{e.epochs} x {e.train_images:,}" if e else "-",
             hours_text(e.hours) if e else (_cell(c.estimate) if isinstance(c.estimate, str) else "-")]) + " |")
     hours = sum(c.estimate.hours for c in checks if isinstance(c.estimate, Estimate))
@@ -305,8 +311,9 @@ def write_tables(folder: Path, experiment: Experiment, checks: list[Check], sett
         "- wall s: the job's time here; CPU s: the user + system time of its processes (on a shared machine, the "
         "measure of its own work).",
         f"- step s: the last step's seconds (forward, backward, optimizer step; not the data wait). MB/image: "
-        f"{memory}, divided by the batch (gradients included where the step allocates them: at a small batch an "
-        "overstatement). peak MB: the largest resident set of the job's processes, whole run.",
+        f"{memory}, divided by the batch: the activations, since the weights, optimizer state and previous "
+        "gradients are there when the step starts. peak MB: the largest resident set of the job's processes, "
+        "whole run.",
         f"- GPU-hours: an estimate, not a measurement: epochs x the real train set x the step's FLOPs per image "
         f"(bench/flops.py: matrix products, training as 3 x forward) / ({settings.gpu}'s dense bf16 peak x MFU: "
         f"{mfu}). "

@@ -11,9 +11,12 @@ at both ends; and the memory: on a GPU ``torch.cuda.max_memory_allocated`` durin
 ``memory_allocated`` at its start (the peak statistic reset there), on a CPU the process's resident set
 likewise (Linux: its high-water mark reset through ``/proc/self/clear_refs`` at the step's start, read
 from ``/proc/self/status`` at its end). The difference is what the step needed beyond what it started
-with: activations, and the gradients where the step allocates them, so at a small batch it overstates the
-per-image cost. On a CPU the allocator must give freed memory back to the system for the start to be low:
-the pre-flight runs its jobs with a fixed ``MALLOC_MMAP_THRESHOLD_`` (``preflight.py``).
+with. From the second step on, the weights, the optimizer state and the previous step's gradients (freed
+by Lightning's ``zero_grad`` only after the forward pass) are already there when it starts, so the
+difference is the activations, the part that grows with the batch; the first step's also holds the
+optimizer state and gradients it creates. On a CPU the allocator must give freed memory back to the
+system for the start to be low: the pre-flight runs its jobs with a fixed ``MALLOC_MMAP_THRESHOLD_``
+(``preflight.py``).
 """
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def test_the_dry_listing_shows_each_job_as_the_preflight_changes_it(tmp_path, ca
             words = check.command[check.command.index(str(check.meter)) + 1:]
             assert check.command[1:4] == ["-m", "paper.step_meter", "pretrain"] and check.batch == 2
             assert {"train.max_steps=2", "train.limit_train_batches=2", "train.export_epochs=[1]",
-                    "train.batch_size_per_device=2", "diagnostics.rank_images=8"} <= set(words)
+                    "train.batch_size_per_device=2", "train.devices=1", "diagnostics.rank_images=8"} <= set(words)
             cfg = load_config("pretrain", words)
             assert (cfg.train.epochs, cfg.model.arch, cfg.dino.global_crop_size, cfg.dino.local_crops_number) == \
                 (300, "vit_small", 224, 8)
