@@ -36,8 +36,9 @@ def test_tiny_imagenet_is_64_px_in_its_zip_layout(fake):
     assert len(val) == SIZES.val and val[0][0].size == (64, 64) and len(val.class_names) == 2
 
 
-@pytest.mark.parametrize("name, splits, classes", [("voc", ("train", "val"), 21), ("ade20k", ("training", "validation"), 150),
-                                                   ("cocostuff", ("train2017", "val2017"), 171)])
+@pytest.mark.parametrize("name, splits, classes", [
+    ("voc", ("train", "val"), 21), ("ade20k", ("training", "validation"), 150),
+    ("cocostuff", ("train2017", "val2017"), 171)])
 def test_segmentation_layouts_give_train_ids_of_the_real_label_space(fake, name, splits, classes):
     train, val = (build_split(name, fake[name], s) for s in splits)
     assert (len(train), len(val), train.num_classes) == (SIZES.train, SIZES.val, classes)
@@ -54,7 +55,8 @@ def test_discovery_layouts_give_boxes_inside_their_images(fake, name, root):
     image, boxes = data[0]
     assert len(boxes) >= 1 and (boxes[:, 2] <= image.width).all() and (boxes[:, 3] <= image.height).all()
     if name == "coco20k":  # the crowd box over the first image is dropped, as COCO's crowds are
-        assert not ((boxes[:, 2] - boxes[:, 0] >= image.width - 1) & (boxes[:, 3] - boxes[:, 1] >= image.height - 1)).all()
+        whole = (boxes[:, 2] - boxes[:, 0] >= image.width - 1) & (boxes[:, 3] - boxes[:, 1] >= image.height - 1)
+        assert not whole.all()
 
 
 def test_a_real_datasets_folder_and_impossible_sizes_are_refused_before_writing(tmp_path):

@@ -91,7 +91,8 @@ def scene(index: int, seed: int, scale: int) -> Scene:
     nearest = lambda a: np.array(Image.fromarray(a).resize(size, Image.NEAREST))  # noqa: E731
     boxes = [{**o, "box": (o["box"][0] * scale, o["box"][1] * scale, o["box"][2] * scale + scale - 1,
                            o["box"][3] * scale + scale - 1)} for o in objects]
-    return Scene(Image.fromarray(image).resize(size, Image.BICUBIC), nearest(lookup[instance]), nearest(instance), boxes)
+    resized = Image.fromarray(image).resize(size, Image.BICUBIC)
+    return Scene(resized, nearest(lookup[instance]), nearest(instance), boxes)
 
 
 def _save_jpeg(image: Image.Image, path: Path) -> None:
