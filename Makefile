@@ -29,6 +29,8 @@ RESUME :=
 EXP :=
 SCALE :=
 DRY :=
+PREFLIGHT :=
+PREFLIGHT_BATCH :=
 ARGS :=
 PORT := 6006
 # Dataset roots, which the configs read from the environment too (${oc.env:IMAGENET100_ROOT,...}): an exported
@@ -92,6 +94,8 @@ help: ## list targets and variables
 	@echo "       data/imagenet100, data/imagenet, data/mnist)"
 	@echo "  make data DATA=imagenet100 IMAGENET_ROOT=<ImageNet-1k: train/<wnid>/, val/<wnid>/> [IMAGENET100_ROOT=data/imagenet100]:"
 	@echo "       links CMC's 100 classes (src/skipless/data/classification/imagenet100.txt) into IMAGENET100_ROOT, copies nothing"
+	@echo "  PREFLIGHT=1 (with SCALE=full: every job at the paper's sizes for 2 steps on fake data, here; a table of"
+	@echo "       errors, step time, memory per image, GPU-hour estimates)   PREFLIGHT_BATCH=N (its images per device)"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
 	@echo "       interface, so anyone on the network can read the runs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
@@ -139,8 +143,8 @@ linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRE
 tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATASET= CKPT= ARGS=
 	$(PY) -m eval.tsne $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 ARGS=
-	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(ARGS)
+paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 PREFLIGHT=1 ARGS=
+	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)

@@ -22,6 +22,7 @@ from .batch import batch_line
 from .experiment import SCALES, ExperimentError, known_experiments, load_experiment
 from .jobs import REPO, job_state, plan
 from .local import elapsed, run_local
+from .preflight import FULL, run_preflight
 from .report import write_report
 from .slurm import run_overrides, slurm_available, submit_slurm
 
@@ -41,6 +42,11 @@ def check_settings(cfg: DictConfig) -> str:
                           f"{', '.join(known_experiments(experiments_dir(cfg)))}")
     if cfg.scale not in SCALES:
         raise ConfigError(f"scale={cfg.scale} is not a scale; expected one of {', '.join(SCALES)}")
+    if cfg.preflight.enabled:  # always here, whatever cluster says: it is what runs before a cluster
+        if cfg.scale != FULL:
+            raise ConfigError(f"PREFLIGHT=1 (preflight.enabled=true) checks the full scale's jobs, not "
+                              f"scale={cfg.scale}; expected SCALE=full PREFLIGHT=1")
+        return "local"
     if cfg.cluster not in CLUSTERS:
         raise ConfigError(f"cluster={cfg.cluster} is not known; expected one of {', '.join(CLUSTERS)}")
     parallel = cfg.local.parallel
@@ -55,6 +61,8 @@ def check_settings(cfg: DictConfig) -> str:
 def run(cfg: DictConfig, say=print) -> dict:
     cluster = check_settings(cfg)
     experiment = load_experiment(cfg.exp, experiments_dir(cfg))
+    if cfg.preflight.enabled:
+        return run_preflight(cfg, experiment, experiments_dir(cfg), say)
     folder = Path(cfg.root) / cfg.scale  # the scale folder: shared training runs, one folder per experiment
     extra = run_overrides(cfg.slurm) if cluster == "slurm" else []
     jobs, skipped = plan(experiment, cfg.scale, folder, extra, list(cfg.exports[cfg.scale]), quick=cfg.quick)

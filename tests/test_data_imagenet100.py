@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from skipless.data.classification.fake_layouts import write_fake_imagenet
+from skipless.data.generator.fake_layouts import write_fake_imagenet
 from skipless.data.classification.imagenet100 import (DEFAULT_OUT, LIST, SubsetFolderError, build_subset,
                                                       imagenet100_wnids, main)
 from skipless.data.classification.registry import classification_split

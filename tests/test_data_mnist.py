@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from skipless.config import load_config
-from skipless.data.classification.fake_layouts import fake_digits, write_fake_mnist, write_mnist
+from skipless.data.generator.fake_layouts import fake_digits, write_fake_mnist, write_mnist
 from skipless.data.classification.idx import write_idx
 from skipless.data.classification.registry import classification_split
 from skipless.data.errors import DatasetNotFoundError, MalformedDatasetError

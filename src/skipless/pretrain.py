@@ -141,7 +141,8 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     return trainer, module
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:
+    """The command line; ``extra_callbacks`` join the run's own (a caller's measurements: the pre-flight times the steps)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     run_dir = None
     try:
@@ -150,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_dir = run_dir_of(cfg)
         print(pretrain_header(cfg, run_dir, precision=describe_precision(cfg),
                               method_lines=method_of(cfg).header(cfg)), flush=True)
-        trainer, _ = pretrain(cfg)
+        trainer, _ = pretrain(cfg, extra_callbacks)
     except SkiplessError as err:
         print(f"error: {user_message(err)}", file=sys.stderr)
         return 1

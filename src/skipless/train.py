@@ -85,14 +85,15 @@ def train(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple
     return trainer, module
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:
+    """The command line; ``extra_callbacks`` join the run's own (a caller's measurements: the pre-flight times the steps)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     run_dir = None
     try:
         cfg = load_config("train", argv)
         check_config(cfg)
         run_dir = run_dir_of(cfg)
-        trainer, _ = train(cfg)
+        trainer, _ = train(cfg, extra_callbacks)
     except SkiplessError as err:
         print(f"error: {user_message(err)}", file=sys.stderr)
         return 1

@@ -1,5 +1,5 @@
 """The IDX file format of MNIST's four distributed files, read and written (both ways here so that the
-format is written down once; the writer serves the tests and the stand-in files of ``fake_layouts.py``).
+format is written down once; the writer serves the tests and the stand-in files of ``generator/fake_layouts.py``).
 
 The format, as the MNIST page states it (LeCun, Cortes and Burges, "The MNIST database of handwritten
 digits", section "FILE FORMATS FOR THE MNIST DATABASE"):

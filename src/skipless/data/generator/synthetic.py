@@ -58,23 +58,23 @@ from ..voc import MARKER, read_marker, voc_dir, voc_palette
 # grouped (issue 28), kept so that a default generated then still reads as complete.
 GENERATOR_ID = "skipless.data.synthetic"
 
-__all__ = ["BAND", "CLASSES", "GENERATOR_VERSION", "SIDES", "ensure_default", "generate", "is_complete",
-           "render", "skimage_data_dir", "write_scene"]
+__all__ = ["BAND", "CLASSES", "GENERATOR_VERSION", "SIDES", "annotation_xml", "ensure_default", "generate",
+           "is_complete", "palette_png", "render", "skimage_data_dir", "write_scene"]
 
 JPEG_QUALITY = 90
 GENERATED_TAG = ".skipless_generated"  # written first: a VOC2012/ holding it is ours to replace
 
 
-def _palette_png(array: np.ndarray, path: Path) -> None:
+def palette_png(array: np.ndarray, path: Path) -> None:
     png = Image.fromarray(array)  # mode "L"; attaching the palette makes it "P" with the same indices
     png.putpalette(voc_palette())
     png.save(path, optimize=False)
 
 
-def _annotation_xml(image_id: str, size: tuple[int, int], objects: list[dict]) -> bytes:
+def annotation_xml(image_id: str, size: tuple[int, int], objects: list[dict], folder: str = "VOC2012") -> bytes:
     """VOC XML; boxes 1-based inclusive (``xmin=1`` is the first column), as VOC writes them."""
     root = ET.Element("annotation")
-    ET.SubElement(root, "folder").text = "VOC2012"
+    ET.SubElement(root, "folder").text = folder
     ET.SubElement(root, "filename").text = f"{image_id}.jpg"
     ET.SubElement(ET.SubElement(root, "source"), "database").text = "skipless default (generated)"
     size_node = ET.SubElement(root, "size")
@@ -104,10 +104,10 @@ def write_scene(index: int, seed: int, voc: Path) -> tuple[str, list[str]]:
     for k, o in enumerate(objects, start=1):
         lookup[k] = CLASSES.index(o["name"])
     Image.fromarray(image).save(voc / "JPEGImages" / f"{image_id}.jpg", quality=JPEG_QUALITY)
-    _palette_png(lookup[instance], voc / "SegmentationClass" / f"{image_id}.png")
-    _palette_png(instance, voc / "SegmentationObject" / f"{image_id}.png")
+    palette_png(lookup[instance], voc / "SegmentationClass" / f"{image_id}.png")
+    palette_png(instance, voc / "SegmentationObject" / f"{image_id}.png")
     size = (image.shape[1], image.shape[0])
-    (voc / "Annotations" / f"{image_id}.xml").write_bytes(_annotation_xml(image_id, size, objects))
+    (voc / "Annotations" / f"{image_id}.xml").write_bytes(annotation_xml(image_id, size, objects))
     return image_id, [o["name"] for o in objects]
 
 

@@ -1,0 +1,97 @@
+"""The GPU-hours of a training recipe, estimated from its FLOPs: an estimate, and the pre-flight says so.
+
+    hours = epochs x train images x training FLOPs per image / (GPU's dense bf16 peak x MFU) / 3600
+
+FLOPs per image are ``bench/flops.py``'s count of one training step at the job's own config (DINO: 3 x
+the student on every crop + the teacher on the globals, heads included; MAE: 3 x encoder on the visible
+patches + decoder; supervised: 3 x backbone + head; matrix products only). The train images are those
+of the real dataset, not of the fake one the pre-flight read: the dataset is named by the folder under
+``data/`` that the job's data root names once the root variables are unset (``data/imagenet100/train``
+-> ``imagenet100``; ``data/README.md``'s arrangement), else by ``data.name``, and its size comes from
+``preflight.datasets`` in ``configs/paper.yaml``. The peak is ``bench/flops.py``'s for the GPU named in
+``preflight.gpu``; the MFU is ``preflight.mfu`` of the job's method (DINO, MAE or supervised).
+
+Not counted: the evaluations, the diagnostics and monitors during training, data loading stalls,
+restarts; every image of the train set is counted once per epoch (a last partial batch included).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import PurePath
+from typing import Any, Mapping
+
+from omegaconf import DictConfig
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One training recipe's cost; ``hours`` is the estimate."""
+
+    method: str
+    dataset: str
+    epochs: int
+    train_images: int
+    flop_per_image: float
+    gpu: str
+    peak_tflops: float
+    mfu: float
+
+    @property
+    def images(self) -> int:
+        return self.epochs * self.train_images
+
+    @property
+    def hours(self) -> float:
+        return self.images * self.flop_per_image / (self.peak_tflops * 1e12 * self.mfu) / 3600
+
+    def record(self) -> dict[str, Any]:
+        return {**asdict(self), "images": self.images, "gpu_hours": self.hours}
+
+
+def method_of(entry: str, cfg: DictConfig) -> str:
+    """``dino`` or ``mae`` (``make pretrain``'s ``ssl``), ``supervised`` (``make train``)."""
+    return str(cfg.ssl) if entry == "pretrain" else "supervised"
+
+
+def dataset_of(cfg: DictConfig) -> str:
+    """The real dataset a training reads: the folder under ``data/`` its root names, else ``data.name``."""
+    parts = PurePath(str(cfg.data.root)).parts
+    return parts[1] if len(parts) > 1 and parts[0] == "data" else str(cfg.data.name)
+
+
+def step_flops(method: str, cfg: DictConfig, classes: int) -> int:
+    """Training FLOPs per image of one step of ``cfg`` (``bench/flops.py``)."""
+    # Here, not at the top: bench.flops imports every method (Lightning and all), seconds that the other uses of
+    # make paper, which import this module through preflight.py, do not need.
+    from bench.flops import dino_step_flops, mae_step_flops, supervised_step_flops
+
+    if method == "dino":
+        return dino_step_flops(cfg)
+    if method == "mae":
+        return mae_step_flops(cfg)
+    return supervised_step_flops(cfg, classes)
+
+
+def peak_tflops(gpu: str) -> float | None:
+    """The dense bf16 peak of ``gpu`` (``bench/flops.py``'s table), None for a GPU it does not list."""
+    from bench.flops import peak_bf16_tflops  # as in step_flops
+
+    return peak_bf16_tflops(gpu)
+
+
+def estimate(entry: str, cfg: DictConfig, settings: Mapping[str, Any]) -> Estimate | str:
+    """The estimate of the training ``cfg`` of ``entry`` under ``settings`` (the ``preflight`` section of
+    the ``paper`` config), or the sentence saying why there is none."""
+    method, dataset = method_of(entry, cfg), dataset_of(cfg)
+    known = settings["datasets"]
+    if dataset not in known:
+        return f"no estimate: {dataset} has no size in preflight.datasets (known: {', '.join(known)})"
+    if method not in settings["mfu"]:
+        return f"no estimate: {method} has no MFU in preflight.mfu (known: {', '.join(settings['mfu'])})"
+    peak = peak_tflops(str(settings["gpu"]))
+    if peak is None:
+        return f"no estimate: preflight.gpu={settings['gpu']} is not a GPU of bench/flops.py's PEAK_BF16_TFLOPS"
+    size = known[dataset]
+    return Estimate(method, dataset, int(cfg.train.epochs), int(size["train_images"]),
+                    float(step_flops(method, cfg, int(size["classes"]))), str(settings["gpu"]), peak,
+                    float(settings["mfu"][method]))
