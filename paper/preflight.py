@@ -16,7 +16,9 @@ How each job is changed, and nothing else (``preflight_checks``):
   ``preflight.train`` last (fewer loader workers, the monitors on fewer images). They run through
   ``step_meter.py``, which times the steps and the memory each added.
 - evaluations read that ``backbone-epoch1.pt`` in place of the checkpoint of their epoch (200, 300,
-  800 ...), with ``preflight.<evaluator>`` last (one epoch of the heads' training).
+  800 ...), with ``preflight.<evaluator>`` last (one epoch of the heads' training). Evaluations of one
+  training that differ only in their epoch are then one command: it runs once, its row naming the
+  others it stands for (Fig. 2's 15 epochs x 7 probes are 7 jobs per training).
 - every job runs in the pre-flight's folder (``<preflight.root>/<exp>-<date>-<time>/``), with the
   environment variables the configs read as data roots (``${oc.env:NAME,default}``: DATA_ROOT,
   IMAGENET_ROOT, IMAGENET100_ROOT ...) unset, so each root is its default, ``data/<dataset>``, relative
@@ -76,6 +78,11 @@ class Check:
     peak_rss_bytes: int = 0
     steps: list[dict[str, Any]] = field(default_factory=list)
     estimate: Estimate | str | None = None
+    covers: list[str] = field(default_factory=list)  # evaluations of other epochs: the same command on epoch 1
+
+    @property
+    def name(self) -> str:
+        return self.job.name + (f" (+{len(self.covers)} other epochs)" if self.covers else "")
 
     @property
     def last_step(self) -> dict[str, Any] | None:
@@ -150,12 +157,18 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
                                run_dir=run_dir, meter=meter, batch=batch)
     for name, check in runs.items():
         checks.append(check)
+        same: dict[tuple[str, ...], Check] = {}  # an evaluation's command without its out=: the check that runs it
         for job in jobs:
             if job.kind == "eval" and job.depends == (name,):
                 backbone = check.run_dir / f"backbone-epoch{EXPORT_EPOCH}.pt"
-                words = [*_without(job.overrides, ("ckpt", "out")), *settings[job.entry], f"ckpt={backbone}",
-                         *(w for w in job.overrides if w.startswith("out="))]
-                checks.append(Check(job, [sys.executable, "-m", job.module, *words], run_dir=check.run_dir))
+                words = [*_without(job.overrides, ("ckpt", "out")), *settings[job.entry], f"ckpt={backbone}"]
+                key = (job.module, *words)
+                if key in same:
+                    same[key].covers.append(job.name)
+                    continue
+                words += [w for w in job.overrides if w.startswith("out=")]
+                same[key] = Check(job, [sys.executable, "-m", job.module, *words], run_dir=check.run_dir)
+                checks.append(same[key])
     return checks
 
 
@@ -233,7 +246,7 @@ def _mb(value: float | None) -> str:
 
 def line_of(check: Check) -> str:
     """The line said when a job ends."""
-    head = f"[{check.status}] {check.job.name} ({check.seconds:.0f} s, CPU {check.cpu_seconds:.0f} s"
+    head = f"[{check.status}] {check.name} ({check.seconds:.0f} s, CPU {check.cpu_seconds:.0f} s"
     if check.status != "passed":
         return f"{head}): {check.error}"
     parts = [f"process peak {_mb(check.peak_rss_bytes)} MB"]
@@ -274,7 +287,7 @@ def table(checks: list[Check]) -> list[str]:
         step, e = c.last_step, c.estimate if isinstance(c.estimate, Estimate) else None
         per_image = step["memory_added_bytes"] / max(step["images"], 1) if step else None
         rows.append("| " + " | ".join([
-            c.job.name, _cell(f"{c.status}: {c.error}" if c.error else c.status),
+            c.name, _cell(f"{c.status}: {c.error}" if c.error else c.status),
             f"{c.seconds:.0f}", f"{c.cpu_seconds:.0f}", str(c.batch or "-"), f"{step['seconds']:.2f}" if step else "-",
             _mb(per_image), _mb(c.peak_rss_bytes or None), gflop_text(e.flop_per_image) if e else "-",
             f"{e.epochs} x {e.train_images:,}" if e else "-",
@@ -320,7 +333,7 @@ def write_tables(folder: Path, experiment: Experiment, checks: list[Check], sett
         "Evaluations, monitors and data stalls are not counted.", ""]
     path = folder / "preflight.md"
     path.write_text("\n".join(notes + table(checks)) + "\n")
-    records = [{"job": c.job.name, "kind": c.job.kind, "status": c.status, "error": c.error, "seconds": c.seconds,
+    records = [{"job": c.job.name, "covers": c.covers, "kind": c.job.kind, "status": c.status, "error": c.error, "seconds": c.seconds,
                 "cpu_seconds": c.cpu_seconds, "command": c.command, "batch": c.batch,
                 "peak_rss_bytes": c.peak_rss_bytes, "steps": c.steps,
                 "estimate": c.estimate.record() if isinstance(c.estimate, Estimate) else c.estimate} for c in checks]
@@ -346,7 +359,7 @@ def run_preflight(cfg: DictConfig, experiment: Experiment, experiments: Path,
         + (f" ({len(skipped)} cells not at this scale)" if skipped else ""))
     if cfg.dry_run:
         for check in checks:
-            say(f"  {check.job.name}: {' '.join(check.command[1:])}")
+            say(f"  {check.name}: {' '.join(check.command[1:])}")
         return {"jobs": jobs, "checks": checks}
     start = time.time()
     sizes = fake_sizes(sizes, [c for c in checks if c.batch], int(settings.steps))
@@ -384,4 +397,5 @@ def run_preflight(cfg: DictConfig, experiment: Experiment, experiments: Path,
     say(f"pre-flight: {passed} of {len(checks)} jobs passed in {seconds / 60:.1f} min; table: {path}; "
         f"remove the folder when read: rm -r {folder}")
     return {"jobs": jobs, "checks": checks,
-            "state": {c.job.name: "done" if c.status == "passed" else c.status for c in checks}}
+            "state": {name: "done" if c.status == "passed" else c.status for c in checks for name in
+                      (c.job.name, *c.covers)}}

@@ -39,9 +39,11 @@ def test_the_dry_listing_shows_each_job_as_the_preflight_changes_it(tmp_path, ca
     out = run(_preflight("exp=small", f"experiments={exps}", "dry_run=true", f"preflight.root={tmp_path / 'pf'}"))
     checks = out["checks"]
     assert not (tmp_path / "pf").exists()  # a dry run writes nothing
-    assert [(c.job.kind, c.job.labels["model"]) for c in checks] == [
-        ("run", "skip"), ("eval", "skip"), ("eval", "skip"),
-        ("run", "skipless"), ("eval", "skipless"), ("eval", "skipless")]
+    # epochs 200 and 300 both read the export of the two steps: one command, run once, standing for both
+    assert [(c.job.kind, c.job.labels["model"], len(c.covers)) for c in checks] == [
+        ("run", "skip", 0), ("eval", "skip", 1), ("run", "skipless", 0), ("eval", "skipless", 1)]
+    assert checks[1].covers == [checks[1].job.name.replace("200", "300")] and "(+1 other epochs)" in checks[1].name
+    assert "(+1 other epochs): " in capsys.readouterr().out
     for check in checks:
         if check.job.kind == "run":
             words = check.command[check.command.index(str(check.meter)) + 1:]
@@ -52,7 +54,7 @@ def test_the_dry_listing_shows_each_job_as_the_preflight_changes_it(tmp_path, ca
             assert (cfg.train.epochs, cfg.model.arch, cfg.dino.global_crop_size, cfg.dino.local_crops_number) == \
                 (300, "vit_small", 224, 8)
             assert list(cfg.train.export_epochs) == [1] and str(tmp_path / "pf") in cfg.run.root
-        else:  # epochs 200 and 300 both read the export of the two steps
+        else:
             assert f"ckpt={check.run_dir / 'backbone-epoch1.pt'}" in check.command
             assert "solver.max_iter=4" in check.command
             assert check.command[-1].startswith("out=") and str(tmp_path / "pf") in check.command[-1]
