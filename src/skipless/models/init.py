@@ -211,6 +211,20 @@ def xavier_init_(model: nn.Module) -> None:
 
 
 @torch.no_grad()
+def mae_linear_and_norm_init_(model: nn.Module) -> None:
+    """MAE's ``_init_weights`` over every submodule (``models_mae.py``, He et al. 2022): each Linear
+    ``xavier_uniform_`` with a zero bias, each LayerNorm weight 1 and bias 0. The encoder's ``mae_init_``
+    and MAE's decoder both start here."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
 def mae_init_(model: nn.Module) -> None:
     """MAE's encoder initialisation (He et al. 2022, ``models_mae.py``: ``initialize_weights`` and
     ``_init_weights``), which Zhang et al. keep (seeds/002 Sec. 3.2: "the original Xavier uniform
@@ -227,14 +241,7 @@ def mae_init_(model: nn.Module) -> None:
 
     A learned position table keeps timm's draw; MAE's is the fixed sin-cos table (``pos_embed=sincos``,
     which the MAE recipes set). Draws from torch's global generator, as MAE does."""
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.xavier_uniform_(module.weight)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+    mae_linear_and_norm_init_(model)
     weight = model.patch_embed.proj.weight
     nn.init.xavier_uniform_(weight.view(weight.shape[0], -1))
     if getattr(model, "cls_token", None) is not None:

@@ -26,6 +26,7 @@ from timm.models.vision_transformer import Block
 from torch import nn
 
 from ...errors import ModelArgumentError
+from ...models.init import mae_linear_and_norm_init_
 from ...models.sincos import sincos_2d
 from .skips import EncoderSkip, LayerNorm, check_skip_pairs, unshuffle
 
@@ -82,14 +83,7 @@ class MAEDecoder(nn.Module):
         nn.init.normal_(self.mask_token, std=0.02)
         for skip in self.skips.values():
             nn.init.normal_(skip.mask_token, std=0.02)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.LayerNorm):
-                nn.init.ones_(m.weight)
-                nn.init.zeros_(m.bias)
+        mae_linear_and_norm_init_(self)
 
     def pos_embed(self, grid: tuple[int, int]) -> torch.Tensor:
         """(1, 1 + rows * cols, dec_dim): the stored table for the built grid, else a fresh one."""
