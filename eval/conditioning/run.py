@@ -41,6 +41,7 @@ from skipless.analysis.embedding_condition import EMBEDDINGS
 from skipless.config import load_config
 from skipless.config_rules import Rule, boolean, integer, number, one_of, optional, text
 from skipless.errors import exit_on_user_error
+from skipless.cpu_threads import set_cpu_threads
 from skipless.models import patch_grid
 
 from ..shared.backbones import BackboneSpec, load_spec
@@ -246,6 +247,7 @@ def _load_images(cfg: DictConfig, num: int, size: int) -> torch.Tensor:
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Measure every backbone of ``cfg.ckpt`` and write the report; returns the written paths and results."""
     device = check_settings(cfg)
+    set_cpu_threads(cfg.cpu_threads, 0)  # the images are read or drawn in this process
     specs = backbones_to_evaluate(cfg)
     images = _load_images(cfg, int(cfg.num_images), int(cfg.image_size))
     j_images = (_load_images(cfg, int(cfg.jacobian.images), int(cfg.jacobian.image_size))

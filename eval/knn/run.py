@@ -28,10 +28,11 @@ from skipless.analysis.knn import iter_knn_votes
 from skipless.config import ConfigError, load_config
 from skipless.config_rules import Rule, is_int, non_empty_list, number
 from skipless.errors import exit_on_user_error
+from skipless.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
-                                  load_splits, resolve_settings, write_json)
+                                  load_splits, loader_workers, resolve_settings, write_json)
 from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import markdown_table
 from ..shared.tb_events import event_writer
@@ -120,8 +121,7 @@ def write_events(spec: BackboneSpec, result: dict) -> None:
 def run_knn(cfg: DictConfig) -> dict[str, dict]:
     """k-NN on every backbone of ``cfg.ckpt``; returns ``{backbone name: result}``."""
     settings, ks = check_settings(cfg)
-    if cfg.cpu_threads is not None:
-        torch.set_num_threads(int(cfg.cpu_threads))
+    set_cpu_threads(cfg.cpu_threads, loader_workers(cfg))
     specs = backbones_to_evaluate(cfg)
     train, val = load_splits(settings)
     print(f"knn {describe_splits(settings, train, val)}, k {ks}, T {cfg.temperature:g}, "

@@ -46,10 +46,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from skipless.config import ConfigError, load_config
 from skipless.errors import exit_on_user_error
+from skipless.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
-                                  load_splits, resolve_settings, write_json)
+                                  load_splits, loader_workers, resolve_settings, write_json)
 from ..shared.global_features import GlobalFeatures
 from ..shared.lr_sweep import sweep_edge
 from ..shared.output_dirs import backbones_to_evaluate
@@ -182,8 +183,7 @@ def run_linear(cfg: DictConfig) -> dict[str, dict]:
     """Linear evaluation of every backbone of ``cfg.ckpt``; returns ``{backbone name: result}``."""
     settings = resolve_settings(cfg, RULES)
     recipe = Recipe.from_config(cfg)
-    if cfg.cpu_threads is not None:
-        torch.set_num_threads(int(cfg.cpu_threads))
+    set_cpu_threads(cfg.cpu_threads, loader_workers(cfg))
     specs = backbones_to_evaluate(cfg)
     train, val = load_splits(settings)
     stem = result_stem(settings.dataset, recipe.preset)

@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 from skipless.config_rules import integer, number, one_of, optional, text
 from skipless.config import load_config
 from skipless.errors import exit_on_user_error
+from skipless.cpu_threads import set_cpu_threads
 from skipless.models import patch_features, patch_grid, resolve_layers
 
 from ..shared.backbones import BackboneSpec, load_spec
@@ -147,6 +148,7 @@ def checkpoint_maps(results: list[BackboneMaps], threshold: float | None) -> lis
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Draw the PCA grids of every backbone of ``cfg.ckpt``; returns the written paths."""
     device, threshold, stem = check_settings(cfg)
+    set_cpu_threads(cfg.cpu_threads, 0)  # the images are read in this process
     specs = backbones_to_evaluate(cfg)
     images = load_images(cfg)
     names, x = images.names, images.x

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+
+from skipless.cpu_threads import usable_cores
 
 from skipless.data.segmentation.seg_views import Mirrored
 
@@ -82,7 +83,7 @@ def ids_hash(ids: Sequence[str]) -> str:
 
 
 def num_workers(value: Any) -> int:
-    return min(8, os.cpu_count() or 1) if value is None else int(value)
+    return min(8, usable_cores()) if value is None else int(value)
 
 
 def _cache(settings: ProbeSettings, model: torch.nn.Module, spec: BackboneSpec, dataset: Any, which: str,

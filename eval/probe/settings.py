@@ -81,7 +81,6 @@ RULES = {
     "optimizer": one_of(*OPTIMIZERS),
     "weight_decay": number(0),
     "val_every": integer(0),
-    "cpu_threads": optional(integer(1)),
     "amp": boolean(),
     "compile": boolean(),
     "extract_batch_size": integer(1),

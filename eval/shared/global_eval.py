@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 
 from skipless.config import ConfigError
 from skipless.config_rules import Rule, boolean, integer, one_of, optional, text
+from skipless.cpu_threads import usable_cores
 from skipless.data.classification.registry import READERS, classification_split
 from skipless.data.errors import UnknownDatasetError
 from skipless.models import FeatureRequestError
@@ -45,7 +46,6 @@ RULES: dict[str, Rule] = {
     "root": optional(text()),
     "train_subset": optional(integer(1)),
     "val_subset": optional(integer(1)),
-    "cpu_threads": optional(integer(1)),
     "progress": boolean(),
     "features.resize": optional(integer(1)),
     "features.crop": optional(integer(1)),
@@ -70,6 +70,12 @@ class GlobalSettings:
     resize: int
     crop: int
     device: torch.device
+
+
+def loader_workers(cfg: DictConfig) -> int:
+    """The image-decoding processes of the feature extraction: ``features.num_workers``, null: min(8, cores)."""
+    workers = cfg.features.num_workers
+    return min(8, usable_cores()) if workers is None else int(workers)
 
 
 def data_root(cfg: DictConfig) -> str:
@@ -216,7 +222,7 @@ def split_features(settings: GlobalSettings, spec: BackboneSpec,
     except FeatureRequestError:
         raise ConfigError(f"features.n_last_blocks must be at most the depth of {spec.name} ({depth} blocks), "
                           f"got {feats.n_last_blocks}") from None
-    workers = min(8, os.cpu_count() or 1) if feats.num_workers is None else int(feats.num_workers)
+    workers = loader_workers(settings.cfg)
     out = {}
     for split, dataset in splits.items():
         folder, key = _cache_place(settings, spec, dataset, split)

@@ -38,6 +38,7 @@ COMMON = {
     "seed": integer(0),
     "device": text(),  # its name is checked by eval.shared.devices.resolve_device
     "norm": boolean(),
+    "cpu_threads": optional(integer(1)),  # null: skipless.cpu_threads's rule
 }
 
 

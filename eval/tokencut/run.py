@@ -33,6 +33,7 @@ from skipless.config_rules import Rule, integer, number, one_of, optional, text
 from skipless.config import ConfigError, load_config
 from skipless.data import DISCOVERY_DATASETS, MalformedDatasetError, UnknownDatasetError, build_discovery
 from skipless.errors import exit_on_user_error
+from skipless.cpu_threads import set_cpu_threads
 from skipless.models import patch_features, resolve_layers
 
 from ..shared.backbones import BackboneSpec, load_spec
@@ -189,6 +190,7 @@ def check_settings(cfg: DictConfig) -> tuple[torch.device, str]:
 def run(cfg: DictConfig) -> list[dict[str, Any]]:
     """Evaluate every backbone of ``cfg.ckpt`` on ``cfg.dataset``; returns their summaries."""
     device, split = check_settings(cfg)
+    set_cpu_threads(cfg.cpu_threads, int(cfg.num_workers))
     specs = backbones_to_evaluate(cfg)
     dataset = build_discovery(cfg.dataset, cfg.roots[cfg.dataset], split)
     count = len(dataset) if cfg.max_images is None else min(len(dataset), int(cfg.max_images))

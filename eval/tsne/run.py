@@ -38,10 +38,11 @@ from skipless.config import ConfigError, load_config
 from skipless.config_rules import Rule, either, integer, is_int, is_real, number, one_of, optional
 from skipless.data.classification.registry import classification_split
 from skipless.errors import exit_on_user_error
+from skipless.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
-from ..shared.global_eval import (GlobalSettings, Subset, cached_features, resolve_settings, split_features,
-                                  write_json)
+from ..shared.global_eval import (GlobalSettings, Subset, cached_features, loader_workers, resolve_settings,
+                                  split_features, write_json)
 from ..shared.global_features import describe
 from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import compare_dir
@@ -142,8 +143,7 @@ def evaluate_backbone(settings: GlobalSettings, spec: BackboneSpec, dataset: Any
 def run_tsne(cfg: DictConfig) -> dict[str, dict]:
     """The t-SNE of every backbone of ``cfg.ckpt``; returns ``{backbone name: result}``."""
     settings = resolve_settings(cfg, RULES)
-    if cfg.cpu_threads is not None:
-        torch.set_num_threads(int(cfg.cpu_threads))
+    set_cpu_threads(cfg.cpu_threads, loader_workers(cfg))
     specs = backbones_to_evaluate(cfg)
     dataset = classification_split(settings.dataset, settings.root, str(cfg.split))
     classes, indices = choose_points(dataset.labels, int(cfg.num_classes),
