@@ -1,5 +1,9 @@
 """Atomic file writes: write to a temporary file in the same folder, then ``os.replace``.
 
+The file gets the mode a plain ``open(path, "w")`` would give it, ``0o666`` less the user's umask (0644
+under umask 022, 0664 under 002, as a shared cluster group expects): ``tempfile.mkstemp`` makes its file
+0600 whatever the umask, and the rename would keep that.
+
 An interrupted write (crash, pre-emption, full disk) leaves the previous file intact, never a
 truncated one. A write that fails because its disk is full raises ``DiskFullError``, one sentence
 with the space the file needs, instead of the chained C++ stream errors ``torch.save`` gives
@@ -53,6 +57,20 @@ def _says_full(err: BaseException | None, seen: set[int]) -> bool:
     return False
 
 
+def umask() -> int:
+    """This process's umask, read without changing it where Linux says it (``/proc/self/status``, 4.7+);
+    elsewhere set and restored at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None], needed: int = 0) -> Path:
     """Call ``write(tmp_path)`` then move the result onto ``path`` atomically; ``needed`` (bytes, an
     estimate) helps tell a full disk and says how much the file needs (else the size of the file it replaces)."""
@@ -63,6 +81,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], needed: 
     full = False
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
         return path
     except Exception as err:
