@@ -45,3 +45,20 @@ def test_diagnose_with_a_spent_budget_still_measures_everything_and_bounds_each_
     for capped, value in pairs:
         assert capped.iterations == 1 and capped.budget_spent and not capped.converged
         assert value.converged and capped.value <= value.value * (1 + 1e-6)
+
+
+def test_the_progress_line_says_once_why_values_are_bounds_and_gives_no_trivial_bound():
+    from skipless.training.diagnostics_callbacks import progress_line
+
+    model = create_vit("vit_tiny", residual="skip", depth=2, embed_dim=24, num_heads=2, img_size=32).eval()
+    images = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    free = progress_line(diagnose(model, images, DiagnosticSettings(layers="all", max_iter=400)))
+    assert "≥" not in free and "stopped" not in free and free.startswith("kappa(JJ^T) ")
+    bounded = diagnose(model, images, DiagnosticSettings(layers="all", max_iter=400, budget_s=1e-9))
+    line = progress_line(bounded)
+    assert line.count("stopped by the time budget (diagnostics.budget_s) before converging") == 1
+    assert "3 of 3 solves" in line and "not converged" not in line  # JJ^T and the attention of blocks 0, 1
+    cells = [bounded.jacobian] + [bounded.block_jacobians[b]["attn"] for b in (0, 1)]
+    for c in cells:  # each value shown as its bound, or "no bound" where the bound is below 2
+        assert ("≥ " in c.terse()) == (c.value >= 2) and (c.terse() == "no bound") == (c.value < 2)
+        assert c.terse() in line

@@ -29,6 +29,7 @@ from .models.from_config import vit_from_config
 from .ssl import METHODS, Method, method_of
 from .summary import pretrain_header
 from .training.callbacks import KNNMonitor
+from .training.closing_lines import closing_lines
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
 from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
 from .training.interrupt import fit, resume_message
@@ -160,6 +161,8 @@ def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callbac
         return 130
     if not trainer.is_global_zero:
         return 0
+    for line in closing_lines(trainer):
+        print(line, flush=True)
     print(f"done: {method_of(cfg).exported} backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard",
           flush=True)
     return 0

@@ -21,6 +21,7 @@ from .summary import describe_batch, describe_model, lr_key, memory_lines, peak_
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
+from .training.closing_lines import closing_lines
 from .training.collapse import SupervisedCollapse
 from .training.interrupt import fit, resume_message
 from .training.precision import describe_precision
@@ -101,6 +102,8 @@ def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callbac
         print(f"error: {resume_message(argv, run_dir, target='train')}", file=sys.stderr)
         return 130
     if trainer.is_global_zero:
+        for line in closing_lines(trainer):
+            print(line, flush=True)
         print(f"done: backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
     return 0
 

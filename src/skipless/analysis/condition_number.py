@@ -132,6 +132,26 @@ class Condition:
         return _compact(self.value)
 
 
+    def terse(self) -> str:
+        """The value in a line of several: as ``short()`` without the words after a bound (``≥ 1.3e6``), which
+        the line says once (``unconverged_note``); a bound below 2 is ``no bound`` (every kappa is at least 1)."""
+        if self.reason is not None or self.converged:
+            return self.short()
+        return f"≥ {_compact(self.value)}" if self.value >= 2 else "no bound"
+
+
+def unconverged_note(conditions: list[Condition]) -> str:
+    """The words for the unconverged values of a line, once: empty when every value converged."""
+    stopped = [c for c in conditions if c.reason is None and not c.converged]
+    if not stopped:
+        return ""
+    budget = sum(c.budget_spent for c in stopped)
+    cause = ("the time budget (diagnostics.budget_s)" if budget == len(stopped) else
+             "max_iter" if not budget else "the time budget or max_iter")
+    return (f"{len(stopped)} of {len(conditions)} solves stopped by {cause} before converging: "
+            "≥ is a lower bound")
+
+
 def infinite_condition(reason: str, dim: int, method: str = "lanczos") -> Condition:
     """``kappa = ∞`` decided before (or without) any eigenvalue, e.g. for non-finite weights."""
     nan = math.nan

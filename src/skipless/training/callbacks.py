@@ -222,7 +222,8 @@ class KNNMonitor(pl.Callback):
         self.history.append((epoch, acc))
         _log_scalar(trainer, f"watch/knn/{self.label}", acc)
         rnd = f" (random init: {self.random_accuracy:.3f})" if self.random_accuracy is not None else ""
-        print(f"epoch {epoch}: k-NN top-1 of the {self.label} {acc:.3f}{rnd}", flush=True)
+        # Through the bar (tqdm.write): on a line of its own above it, not onto the end of its last redraw.
+        pl_module.print(f"epoch {epoch}: k-NN top-1 of the {self.label} {acc:.3f}{rnd}")
 
 
 def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:

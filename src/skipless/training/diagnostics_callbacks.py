@@ -32,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from ..analysis.block_signals import attention_signals, gradient_norms, parameter_snapshot, update_ratios
+from ..analysis.condition_number import unconverged_note
 from ..analysis.diagnostics import DiagnosticSettings, diagnose, result_to_json
 from ..analysis.tensorboard_values import tensorboard_values
 from ..world import isolated_rng
@@ -72,11 +73,7 @@ class ConditioningMonitor(pl.Callback):
         self.history.append(row)
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
-        shown = [f"kappa(JJ^T) {d.jacobian.short()}"] if d.jacobian is not None else []
-        if d.block_jacobians:
-            shown.append("kappa(K K^T) attention " + " ".join(f"L{b} {row_['attn'].short()}"
-                                                              for b, row_ in d.block_jacobians.items()))
-        tqdm.write(f"epoch {epoch}: {'; '.join(shown)} ({sum(d.seconds.values()):.0f} s)")  # above the bar
+        tqdm.write(f"epoch {epoch}: {progress_line(d)}")  # above the bar
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.is_global_zero and self.every and trainer.current_epoch == 0 and trainer.global_step == 0:
@@ -86,6 +83,21 @@ class ConditioningMonitor(pl.Callback):
         epoch = trainer.current_epoch + 1
         if trainer.is_global_zero and self.every and (epoch % self.every == 0 or epoch == trainer.max_epochs):
             self._measure(trainer, pl_module, epoch)
+
+
+def progress_line(d: Any) -> str:
+    """``kappa(JJ^T) 207; kappa(K K^T) attention L0 ≥ 6.7e4 L4 no bound (6 s; 2 of 2 solves stopped ...)``."""
+    shown, conditions = [], []
+    if d.jacobian is not None:
+        shown.append(f"kappa(JJ^T) {d.jacobian.terse()}")
+        conditions.append(d.jacobian)
+    if d.block_jacobians:
+        attention = [row["attn"] for row in d.block_jacobians.values()]
+        shown.append("kappa(K K^T) attention " + " ".join(f"L{b} {c.terse()}"
+                                                          for b, c in zip(d.block_jacobians, attention)))
+        conditions += attention
+    note = unconverged_note(conditions)
+    return f"{'; '.join(shown)} ({sum(d.seconds.values()):.0f} s{'; ' + note if note else ''})"
 
 
 class BlockSignals(pl.Callback):
