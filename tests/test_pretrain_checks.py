@@ -198,7 +198,8 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, capsys, monkeypatch):
     args = [*TINY_FOLDER, f"data.root={images}", f"run.root={tmp_path / 'runs'}", "run.name=ctrlc",
             "train.num_workers=0"]
     real = pretrain_module.pretrain
-    monkeypatch.setattr(pretrain_module, "pretrain", lambda cfg: real(cfg, extra_callbacks=[InterruptAt(3)]))
+    monkeypatch.setattr(pretrain_module, "pretrain",
+                        lambda cfg, extra=(): real(cfg, extra_callbacks=[*extra, InterruptAt(3)]))
     handler = signal.getsignal(signal.SIGINT)
     try:
         code = main(args)

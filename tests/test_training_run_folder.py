@@ -37,7 +37,8 @@ def test_an_interrupted_attempt_without_a_checkpoint_is_started_afresh_and_both_
     """It used to be a circle: 'holds a run, use RESUME=1', then 'RESUME=1: no checkpoint, start without it'."""
     args, run = tiny(tmp_path), tmp_path / "runs" / "r"
     real = pretrain_module.pretrain
-    monkeypatch.setattr(pretrain_module, "pretrain", lambda cfg: real(cfg, extra_callbacks=[CtrlCAtFirstStep()]))
+    monkeypatch.setattr(pretrain_module, "pretrain",
+                        lambda cfg, extra=(): real(cfg, extra_callbacks=[*extra, CtrlCAtFirstStep()]))
     handler = signal.getsignal(signal.SIGINT)
     try:
         assert main(args) == 130
@@ -106,7 +107,8 @@ def test_a_second_run_under_the_same_name_is_refused_while_the_first_runs(tmp_pa
             seen["unchanged"] = snapshot(run) == before
 
     real = pretrain_module.pretrain
-    monkeypatch.setattr(pretrain_module, "pretrain", lambda cfg: real(cfg, extra_callbacks=[SecondRun()]))
+    monkeypatch.setattr(pretrain_module, "pretrain",
+                        lambda cfg, extra=(): real(cfg, extra_callbacks=[*extra, SecondRun()]))
     assert main(args) == 0
     lock = run / "run.lock"
     assert seen["code"] == 1 and seen["unchanged"] and len(seen["err"].splitlines()) == 1
