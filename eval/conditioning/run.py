@@ -21,7 +21,6 @@ measurement starts.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import sys
 import time
@@ -47,7 +46,7 @@ from skipless.models import patch_grid
 from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.output_dirs import backbones_to_evaluate
-from ..shared.report import compare_dir, markdown_table, write_text
+from ..shared.report import compare_dir, markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
 from ..shared.square_images import load_images
 from ..shared.tb_events import event_writer
@@ -266,7 +265,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                   "paper's Table 5 reports them, and the embedding measures are skipped", flush=True)
         d = diagnose(model, images.to(device), settings, None if j_images is None else j_images.to(device),
                      progress=lambda m, n=spec.name: print(f"{n}: {m} ...", flush=True))
-        record = {"backbone": spec.name, "args": json.loads(json.dumps(spec.args, default=str)),
+        record = {"backbone": spec.name, "args": shown_args(spec.args),
                   "image_size": int(cfg.image_size), "jacobian_image_size": int(cfg.jacobian.image_size),
                   "jacobian_images": int(cfg.jacobian.images), "settings": OmegaConf.to_container(cfg, resolve=True),
                   **result_to_json(d)}
@@ -274,7 +273,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             record["dense"] = dense_values(model, images.to(device), j_images.to(device) if j_images is not None else None,
                                            d, cfg)
         spec.out_dir.mkdir(parents=True, exist_ok=True)
-        written["json"][spec.name] = write_text(spec.out_dir / "conditioning.json", json.dumps(record, indent=1) + "\n")
+        written["json"][spec.name] = write_text(spec.out_dir / "conditioning.json", result_json(record))
         write_tensorboard(d, spec.out_dir)
         results.append((spec.name, d))
         written["results"][spec.name] = record

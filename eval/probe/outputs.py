@@ -11,7 +11,6 @@ mIoU values are in percent, as in the paper.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..shared.lr_sweep import sweep_edge
-from ..shared.report import write_text
+from ..shared.report import result_json, shown_args, write_text
 from ..shared.tb_events import event_writer
 from .compute import ProbeRun, best_index, ids_hash
 from .feature_cache import FeatureCache
@@ -104,7 +103,7 @@ def group_result(settings: ProbeSettings, run: ProbeRun, group: str, train_ds: A
     result = {
         "dataset": settings.dataset, "probe": title, "backbone": spec.name,
         "checkpoint": str(spec.path) if spec.path else f"random (seed {int(cfg.seed)})",
-        "backbone_args": json.loads(json.dumps(spec.args, default=str)),
+        "backbone_args": shown_args(spec.args),
         "miou": pct(conf.miou()), "best_lr": lrs[best], "best_lr_at_edge": edge,
         "pixel_accuracy": pct(conf.pixel_accuracy()),
         "per_class_iou": {cls: pct(v) for cls, v in zip(train_ds.class_names, conf.iou())},
@@ -128,7 +127,7 @@ def group_result(settings: ProbeSettings, run: ProbeRun, group: str, train_ds: A
         writer.add_image("probe/examples", figure_array(figure), epochs)
     writer.close()
     result["timings"]["total_s"] = time.perf_counter() - run.started
-    write_text(out_dir / f"{stem}.json", json.dumps(result, indent=1) + "\n")
+    write_text(out_dir / f"{stem}.json", result_json(result))
     return result
 
 

@@ -33,7 +33,7 @@ from skipless.models import FeatureRequestError
 from .backbones import BackboneSpec, backbone_key, load_spec
 from .devices import resolve_device
 from .global_features import GlobalFeatures, build_global_features, cache_key, last_blocks, open_features
-from .report import compare_dir, write_text
+from .report import compare_dir, result_json, write_text
 from .settings_rules import COMMON, check_rules
 
 DINO_SIZES = (256, 224)  # resize, crop of DINO's eval_knn.py / eval_linear.py
@@ -252,7 +252,7 @@ def features_summary(f: BackboneFeatures) -> dict[str, Any]:
 def write_json(path: Path, obj: Any) -> Path:
     """Write a result JSON atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
+    return write_text(path, result_json(obj))
 
 
 def finish_table(table: str, caption: str, stem: str, specs: Sequence[BackboneSpec], cfg: DictConfig) -> Path | None:

@@ -12,7 +12,6 @@ an undefined block (``result``) shows as ``undefined (<share of ambiguous graphs
 from __future__ import annotations
 
 import csv
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from skipless.data.conventions import IMAGENET_MEAN as MEAN
 from skipless.data.conventions import IMAGENET_STD as STD
 
-from ..shared.report import markdown_table, write_text
+from ..shared.report import markdown_table, result_json, shown_args, write_text
 from ..shared.tb_events import event_writer
 from .corloc import THRESHOLD, best_iou
 from .result import UNDEFINED_SHARE, BackboneResult
@@ -111,7 +110,7 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
     summary = {
         "dataset": cfg.dataset, "split": split, "images": n, "skipped": result.skipped,
         "backbone": {"name": result.spec.name, "path": str(result.spec.path) if result.spec.path else None,
-                     "args": result.spec.args},
+                     "args": shown_args(result.spec.args)},
         "settings": settings_of(cfg), "device": str(device),
         "solver_used": cfg.solver if cfg.solver != "auto" else ("lapack" if device.type == "cpu" else "torch"),
         # measured CorLoc of every block; those in undefined_blocks are not scores of the features
@@ -126,7 +125,7 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
         "boxes": f"{stem}-boxes.csv", "figure": f"{stem}.png" if result.examples else None,
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
-    write_text(out / f"{stem}.json", json.dumps(summary, indent=1) + "\n")
+    write_text(out / f"{stem}.json", result_json(summary))
     write_boxes_csv(result, out / f"{stem}-boxes.csv")
     fig = None
     if result.examples:  # figure_images=0: no figure

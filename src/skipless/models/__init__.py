@@ -8,14 +8,15 @@ from .init import CUTSKIP_DEFAULTS, INITS, cutskip_init_, head_matrices, osa_ini
 from .osa import OrthogonalAttention
 from .pos_embed import POS_EMBED_INTERPS
 from .timm_weights import load_timm_backbone
-from .vit import ARCHS, ATTENTIONS, POS_EMBEDS, SkiplessViT, backbone_args, create_vit, drop_path_rates, freeze_for_eval
+from .vit import (ARCHS, ATTENTIONS, POS_EMBEDS, SkiplessViT, applicable_args, backbone_args, create_vit, drop_path_rates,
+                  freeze_for_eval)
 
 __all__ = [
     "ARCHS", "ATTENTIONS", "CUTSKIP_DEFAULTS", "DECAY_BRANCHES", "DECAY_INDEXINGS", "DEFAULT_ALPHA_MIN", "INITS",
     "KINDS", "POS_EMBED_INTERPS", "POS_EMBEDS", "RESIDUAL_MODES",
     "BackboneLoadError", "FeatureRequestError", "OrthogonalAttention", "ResidualBlock", "SkiplessViT",
     "SoftmaxAttention",
-    "backbone_args", "create_vit", "cutskip_init_", "decayed_gains", "drop_path_rates",
+    "applicable_args", "backbone_args", "create_vit", "cutskip_init_", "decayed_gains", "drop_path_rates",
     "extract_features", "flash_attn_available", "freeze_for_eval", "head_matrices", "load_backbone",
     "load_timm_backbone", "osa_init_", "paper_matrices", "patch_features", "patch_grid", "resolve_layers",
     "save_backbone", "stiefel", "suo_", "use_explicit_attention",

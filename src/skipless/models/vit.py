@@ -7,6 +7,7 @@ state dict (for example DINO's released ViT-S/16) loads into the ``skip`` model 
 from __future__ import annotations
 
 from functools import partial
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -267,6 +268,24 @@ def backbone_args(model: SkiplessViT) -> dict[str, Any]:
     return dict(model.skipless_args)
 
 
+DECAY_ARGS = ("alpha_min", "decay_indexing", "decay_branches", "decay_zero_init")
+
+
+def applicable_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` (a backbone's ``create_vit`` arguments) without those its model does not read, for results a
+    reader takes as a description: the decay's keys outside ``residual=decayed``, cutskip's ``init_args``
+    under another init, a ``token_graying`` of method ``none``. The backbone file keeps them all."""
+    shown = dict(args)
+    if shown.get("residual") != "decayed":
+        for key in DECAY_ARGS:
+            shown.pop(key, None)
+    if shown.get("init") != "cutskip":
+        shown.pop("init_args", None)
+    if (shown.get("token_graying") or {}).get("method", "none") == "none":
+        shown.pop("token_graying", None)
+    return shown
+
+
 def drop_path_rates(model: SkiplessViT) -> list[tuple[float, float]]:
     """Per block, the drop-path probabilities in force on (attention, MLP) branches."""
     return [blk.drop_path_rates() for blk in model.blocks]
@@ -280,5 +299,5 @@ def freeze_for_eval(model: torch.nn.Module, device: str | torch.device = "cpu") 
     return model
 
 
-__all__ = ["ARCHS", "ATTENTIONS", "POS_EMBEDS", "SkiplessViT", "create_vit", "backbone_args", "drop_path_rates",
-           "freeze_for_eval"]
+__all__ = ["ARCHS", "ATTENTIONS", "POS_EMBEDS", "SkiplessViT", "create_vit", "applicable_args", "backbone_args",
+           "drop_path_rates", "freeze_for_eval"]
