@@ -156,6 +156,17 @@ def test_sweep_edge_flags_an_edge_lr_only_when_it_is_strictly_best():
     assert sweep_edge(lrs, [float("nan"), 0.2, None]) is None and sweep_edge(lrs, [None, None, 0.1]) == "highest"
 
 
+def test_sweep_edge_needs_a_rise_towards_the_edge_and_a_gain_above_the_margin():
+    lrs = [1e-4, 1e-3, 1e-2, 1e-1]
+    assert sweep_edge(lrs, [0.40, 0.41, 0.42, 0.45]) == "highest"
+    assert sweep_edge(lrs, [0.40, 0.45, 0.41, 0.452]) is None  # dips and recovers: the peak is inside
+    assert sweep_edge(lrs, [0.452, 0.41, 0.45, 0.40]) is None
+    assert sweep_edge(lrs, [0.40, 0.41, 0.42, 0.423], margin=0.005) is None  # within the noise
+    assert sweep_edge(lrs, [0.40, 0.41, 0.42, 0.43], margin=0.005) == "highest"
+    assert sweep_edge(lrs, [(50.0, 80.0), (51.0, 81.0), (52.0, 82.0), (52.05, 83.0)], margin=0.1) is None
+    assert sweep_edge(lrs[:2], [0.40, 0.45]) == "highest"  # two lrs: no trend to ask for
+
+
 def test_bench_naive_probe_matches_the_cached_one(setup):
     """The benchmark's two ways (cache vs backbone every step) train the same head to the same mIoU."""
     from bench.probe_sweep import bench_probe

@@ -29,6 +29,11 @@ from .figures import example_figure, figure_array, save_prediction
 from .linear_probe import LinearHeads, evaluate_full, upsample_argmax
 from .settings import GROUPS, ProbeSettings
 
+# The mIoU (a fraction) by which a best lr at the sweep's edge must beat every other lr before the probe says
+# "extend lrs": half a point, a choice and not a measured noise level (the papers give mIoU to 0.1; a gain below
+# 0.5 at the edge is not read as a trend worth widening the sweep for).
+EDGE_MARGIN = 0.005
+
 
 def pct(x: float | None) -> float | None:
     return None if x is None or np.isnan(x) else round(100.0 * float(x), 4)
@@ -86,7 +91,7 @@ def group_result(settings: ProbeSettings, run: ProbeRun, group: str, train_ds: A
               "final_train_loss": (run.trained.losses[(group, j)] or [None])[-1]} for j, lr in enumerate(lrs)]
     best = best_index(run, group)
     key, conf = (group, best), run.conf[(group, best)]
-    edge = sweep_edge(lrs, [run.conf[(group, j)].miou() for j in range(len(lrs))])
+    edge = sweep_edge(lrs, [run.conf[(group, j)].miou() for j in range(len(lrs))], margin=EDGE_MARGIN)
     if edge:
         print(f"  warning: {spec.name} {title}: the best lr {lrs[best]:g} is the {edge} of the sweep {lrs}; "
               f"the optimum may lie beyond it (extend lrs=[...])", flush=True)
