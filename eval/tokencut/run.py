@@ -35,6 +35,7 @@ from skipless.data import DISCOVERY_DATASETS, MalformedDatasetError, UnknownData
 from skipless.errors import exit_on_user_error
 from skipless.cpu_threads import set_cpu_threads
 from skipless.models import patch_features, resolve_layers
+from skipless.summary import describe_model
 
 from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
@@ -122,6 +123,9 @@ def evaluate(spec: BackboneSpec, dataset: Any, count: int, cfg: DictConfig, devi
     result = BackboneResult(spec, blocks, patch)
     loader = torch.utils.data.DataLoader(_Images(dataset, count), batch_size=None, shuffle=False,
                                          num_workers=cfg.num_workers, collate_fn=_as_is)
+    print(f"tokencut {spec.name} ({describe_model(spec.args)}): {count} images of {cfg.dataset}, feature "
+          f"{cfg.feature}, blocks {blocks}, tau {cfg.tau:g}, solver {cfg.solver}, {torch.get_num_threads()} CPU "
+          f"thread{'s' * (torch.get_num_threads() > 1)}", flush=True)
     bar = tqdm(loader, total=count, desc=f"tokencut {spec.name}", unit="img", dynamic_ncols=True, file=sys.stdout)
     for index, image, gt in bar:
         image_id = str(dataset.ids[index])
@@ -146,7 +150,9 @@ def evaluate(spec: BackboneSpec, dataset: Any, count: int, cfg: DictConfig, devi
         if len(result.examples) < cfg.figure_images:
             result.examples.append((image, gt, found))
         if len(result.ious) % 50 == 0:
-            bar.set_postfix(best=f"{max(result.corloc().values()):.1f}")
+            scores = result.corloc()
+            block = max(scores, key=scores.get)
+            bar.set_postfix_str(f"CorLoc so far {scores[block]:.1f} at block {block}")
     if not result.ious:
         raise MalformedDatasetError(f"no readable image among the {count} of the dataset")
     return result
