@@ -104,6 +104,27 @@ def test_pca_writes_block_and_checkpoint_grids(setup):
         pca.main(argv + [f"images={folder}", "image_size=30"])
 
 
+def test_pca_ends_each_trained_backbones_grid_with_a_random_init_column(setup, monkeypatch):
+    root, data, run = setup
+    drawn = {}
+    real = pca.grid_figure
+
+    def record(x, names, maps, titles, suptitle):
+        drawn[suptitle.split(":")[0]] = (titles, [len(row) for row in maps], suptitle)
+        return real(x, names, maps, titles, suptitle)
+
+    monkeypatch.setattr(pca, "grid_figure", record)
+    argv = [f"ckpt={run} random", f"runs_root={root / 'runs'}", "device=cpu", "image_size=32", "num_images=2",
+            f"roots.default={data}"]
+    pca.run(pca.load_config("pca", argv))
+    titles, widths, suptitle = drawn["tiny"]
+    assert titles == ["block 0", "block 1", "random init, block 1"] and widths == [3, 3]
+    assert "PCA of each block's block outputs" not in suptitle and "outputs" in suptitle and "initialisation" in suptitle
+    assert drawn["random"][0] == ["block 0", "block 1"]  # the random backbone itself gets no second floor
+    pca.run(pca.load_config("pca", argv + ["random_column=false", f"ckpt={run}"]))
+    assert drawn["tiny"][0] == ["block 0", "block 1"]
+
+
 def test_another_feature_keeps_its_own_files(setup):
     root, data, run = setup
     tokencut.main(_argv(root, data, run, "feature=out", "norm=true", "layers=0", "max_images=2", f"ckpt={run}"))

@@ -29,13 +29,13 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from skipless.config_rules import integer, number, one_of, optional, text
+from skipless.config_rules import boolean, integer, number, one_of, optional, text
 from skipless.config import load_config
 from skipless.errors import exit_on_user_error
 from skipless.cpu_threads import set_cpu_threads
 from skipless.models import patch_features, patch_grid, resolve_layers
 
-from ..shared.backbones import BackboneSpec, load_spec
+from ..shared.backbones import RANDOM, BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.images import MEAN, STD
 from ..shared.output_dirs import backbones_to_evaluate
@@ -46,6 +46,7 @@ from ..shared.tb_events import event_writer
 from .maps import pca_rows
 
 FEATURES = ("out", "k", "q", "v")
+FEATURE_WORDS = {"out": "outputs", "k": "attention keys", "q": "attention queries", "v": "attention values"}
 
 
 @torch.inference_mode()
@@ -62,21 +63,21 @@ def grid_figure(x: torch.Tensor, names: list[str], maps: list[list[np.ndarray]],
     import matplotlib.pyplot as plt
 
     rows, cols = len(names), len(titles) + 1
-    fig, axes = plt.subplots(rows, cols, figsize=(1.7 * cols, 1.7 * rows + 0.4), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(1.9 * cols, 1.9 * rows + 0.6), squeeze=False)
     size = x.shape[-1]
     for r in range(rows):
         rgb = (x[r].permute(1, 2, 0).numpy() * np.array(STD) + np.array(MEAN)).clip(0, 1)
         axes[r, 0].imshow(rgb)
-        axes[r, 0].set_ylabel(names[r], fontsize=7)
+        axes[r, 0].set_ylabel(names[r], fontsize=10)
         for c, m in enumerate(maps[r], start=1):
             axes[r, c].imshow(m, extent=(0, size, size, 0), interpolation="nearest")
         for c in range(cols):
             axes[r, c].set_xticks([])
             axes[r, c].set_yticks([])
             if r == 0:
-                axes[r, c].set_title("image" if c == 0 else titles[c - 1], fontsize=8)
-    fig.suptitle(suptitle, fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))  # room for the title
+                axes[r, c].set_title("image" if c == 0 else titles[c - 1], fontsize=11)
+    fig.suptitle(suptitle, fontsize=13)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))  # room for the title
     return fig
 
 
@@ -112,6 +113,7 @@ RULES = {
     "feature": one_of(*FEATURES),
     "compare_layer": BLOCK,
     "foreground_threshold": optional(number(0, 1)),
+    "random_column": boolean(),
 }
 
 
@@ -153,18 +155,28 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     images = load_images(cfg)
     names, x = images.names, images.x
     written: dict[str, Any] = {"blocks": {}, "checkpoints": None, "skipped": images.skipped}
-    results = []
+    results, floors = [], {}
     for spec in specs:
         r = compute_maps(spec, x, cfg, device, threshold)
         results.append(r)
-        fig = grid_figure(x, names, r.maps, [f"block {b}" for b in r.blocks],
-                          f"{r.name}: PCA of {cfg.feature} features per block")
+        maps, titles = r.maps, [f"block {b}" for b in r.blocks]
+        if cfg.random_column and not spec.is_random:
+            floor = floors.get(repr(spec.args))
+            if floor is None:  # one random init per architecture, shared by the backbones that have it
+                floor = compute_maps(BackboneSpec(RANDOM, None, spec.out_dir, dict(spec.args), RANDOM), x, cfg,
+                                     device, threshold)
+                floors[repr(spec.args)] = floor
+            maps = [row + [pca_rows([floor.compare_feats[i]], floor.grid, threshold)[0]] for i, row in enumerate(maps)]
+            titles.append(f"random init, block {floor.compare_block}")
+        fig = grid_figure(x, names, maps, titles, f"{r.name}: PCA of each block's {FEATURE_WORDS[cfg.feature]}"
+                          + (" (last column: the same architecture at initialisation)" if len(titles) > len(r.blocks)
+                             else ""))
         written["blocks"][r.name] = _save(fig, r.out_dir / f"{stem}-blocks.png", f"{stem}/blocks")
         print(f"{r.name}: {written['blocks'][r.name]}", flush=True)
     if len(results) > 1:
         shown = sorted({r.compare_block for r in results})
         fig = grid_figure(x, names, checkpoint_maps(results, threshold), [f"{r.name} ({r.compare_block})" for r in results],
-                          f"PCA of {cfg.feature} features, block {', '.join(map(str, shown))}")
+                          f"PCA of the {FEATURE_WORDS[cfg.feature]} of block {', '.join(map(str, shown))}")
         path = compare_dir(cfg.runs_root, cfg.out) / f"{stem}-checkpoints-block{'-'.join(map(str, shown))}.png"
         written["checkpoints"] = _save(fig, path, f"{stem}/checkpoints")
         print(f"checkpoints: {path}", flush=True)

@@ -58,16 +58,25 @@ def write_boxes_csv(result: BackboneResult, path: Path) -> None:
                               int(iou >= THRESHOLD), text(gt)])
 
 
+# Box colours a reader tells apart on any object (each over a black halo) and without colour vision: the
+# truth solid cyan, the found box dashed magenta.
+TRUTH, FOUND = "#00e5ff", "#ff2bd6"
+
+
 def draw_examples(result: BackboneResult, block: int, title: str):
-    """Figure: per example image, the boxes, the Ncut vector and the found object of ``block``."""
+    """Figure: per example image, the boxes (with hit or miss at IoU ``THRESHOLD``), the Ncut vector with
+    its colour bar and seed, and the found object of ``block``; one legend for the figure."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
+    from matplotlib import patheffects
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
 
+    halo = [patheffects.withStroke(linewidth=4.5, foreground="black")]
     j = result.blocks.index(block)
     rows = len(result.examples)
-    fig, axes = plt.subplots(rows, 3, figsize=(9, 3 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, 3, figsize=(10, 3 * rows + 0.6), squeeze=False)
     for row, (image, gt, found) in enumerate(result.examples):
         d = found[j]
         rgb = (image.permute(1, 2, 0).numpy() * np.array(STD) + np.array(MEAN)).clip(0, 1)
@@ -77,24 +86,37 @@ def draw_examples(result: BackboneResult, block: int, title: str):
         ax = axes[row]
         ax[0].imshow(rgb)
         for box in gt:
-            ax[0].add_patch(Rectangle(box[:2], box[2] - box[0], box[3] - box[1], fill=False, ec="lime", lw=2))
-        ax[0].add_patch(Rectangle(d.box[:2], d.box[2] - d.box[0], d.box[3] - d.box[1], fill=False, ec="red", lw=2))
-        ax[0].set_title(f"IoU {best_iou(d.box, gt):.2f}", fontsize=9)
-        ax[1].imshow(d.vector, cmap="viridis", extent=extent, interpolation="nearest")
-        ax[1].plot((d.seed[1] + 0.5) * patch, (d.seed[0] + 0.5) * patch, "r*", ms=10)
-        ax[1].set_title("Ncut vector, seed", fontsize=9)
+            ax[0].add_patch(Rectangle(box[:2], box[2] - box[0], box[3] - box[1], fill=False, ec=TRUTH, lw=2,
+                                      path_effects=halo))
+        ax[0].add_patch(Rectangle(d.box[:2], d.box[2] - d.box[0], d.box[3] - d.box[1], fill=False, ec=FOUND, lw=2,
+                                  ls="--", path_effects=halo))
+        iou = best_iou(d.box, gt)
+        hit = iou >= THRESHOLD
+        ax[0].set_title(f"IoU {iou:.2f}: {'hit' if hit else 'miss'}", fontsize=10, fontweight="bold",
+                        color="#1a7f37" if hit else "#cf222e")
+        vector = ax[1].imshow(d.vector, cmap="viridis", extent=extent, interpolation="nearest")
+        fig.colorbar(vector, ax=ax[1], fraction=0.046, pad=0.03).ax.tick_params(labelsize=8)
+        ax[1].plot((d.seed[1] + 0.5) * patch, (d.seed[0] + 0.5) * patch, marker="*", color="white", ms=13,
+                   mec="black", mew=1.2, ls="none")
+        ax[1].set_title("second eigenvector (Ncut), seed", fontsize=10)
         overlay = np.zeros((*d.vector.shape, 4))
         overlay[d.foreground] = (1, 1, 0, 0.35)
         overlay[d.component] = (1, 0, 0, 0.55)
         ax[2].imshow(rgb)
         ax[2].imshow(overlay, extent=extent, interpolation="nearest")
-        ax[2].set_title("foreground (yellow), seed's component (red)", fontsize=8)
+        ax[2].set_title("foreground, the seed's component", fontsize=10)
         for a in ax:
             a.set_xlim(0, w)
             a.set_ylim(h, 0)
             a.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))  # room for the title
+    handles = [Line2D([], [], color=TRUTH, lw=2, path_effects=halo, label="true box"),
+               Line2D([], [], color=FOUND, lw=2, ls="--", path_effects=halo, label="found box"),
+               Line2D([], [], marker="*", color="white", mec="black", ms=11, ls="none", label="seed patch"),
+               Patch(color=(1, 1, 0, 0.35), label="foreground (the vector's side of the seed)"),
+               Patch(color=(1, 0, 0, 0.55), label="the seed's connected component: the box")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.suptitle(f"{title}; hit: IoU >= {THRESHOLD:g} with a true box", fontsize=11)
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1 - 0.4 / fig.get_figheight()))
     return fig
 
 
