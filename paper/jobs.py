@@ -162,7 +162,9 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
                         skipped.append({"kind": ev_name, **all_labels})
                         continue
                     name = f"{ev_name}-{_slug(all_labels)}"
-                    args = [*overrides, *shrink.get(ev.entry, []), f"ckpt={backbone}"]
+                    # random_floor=false: an experiment names its random cells itself (a floor per job would double
+                    # every evaluation's cost); a cell's own overrides come after and win.
+                    args = ["random_floor=false", *overrides, *shrink.get(ev.entry, []), f"ckpt={backbone}"]
                     evals.append(Job(name=name, kind="eval", entry=ev.entry,
                                      overrides=(*args, f"out={base / here / 'evals' / name}"), labels=all_labels,
                                      config_hash=config_hash(ev.entry, args), marker=f"{here}/jobs/{name}.json",

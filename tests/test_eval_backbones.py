@@ -162,3 +162,16 @@ def test_load_spec_compiles_the_blocks_only_when_asked(tmp_path):
     assert all(getattr(b, "_compiled_call_impl", None) is None for b in eager.blocks)
     assert all(getattr(b, "_compiled_call_impl", None) is not None for b in compiled.blocks)
     assert not any(p.requires_grad for p in compiled.parameters()) and not compiled.training
+
+
+def test_the_random_floor_follows_one_trained_backbone_only(tmp_path):
+    runs = tmp_path / "runs"
+    (a, _), (b, _) = _run(runs, "a", residual="skipless"), _run(runs, "b")
+    names = lambda ckpt: [s.name for s in resolve_backbones(ckpt, runs_root=runs, floor=True)]  # noqa: E731
+    floor = resolve_backbones(str(a), runs_root=runs, floor=True)[1]
+    assert names(str(a)) == ["a", "random"] and floor.args == resolve_backbones(str(a), runs_root=runs)[0].args
+    assert floor.kind == "random" and floor.out_dir == runs / "random-vit_tiny-skipless-timm" / "eval"
+    assert names(None) == ["b", "random"]  # the newest run, then its floor
+    assert names(f"{a} {b}") == ["a", "b"] and names("random") == ["random"] and names(f"{a} random") == ["a", "random"]
+    assert names("init:skip") == ["init-skip"]  # a preset at initialisation is its own floor
+    assert [s.name for s in resolve_backbones(str(a), runs_root=runs)] == ["a"]  # floor=False: as given

@@ -60,7 +60,10 @@ def test_probe_writes_results_figure_table_and_predictions_that_rescore(setup):
             assert round(100 * conf.miou(), 4) == pytest.approx(result["miou"], abs=1e-9)
             per_class = {c: (None if np.isnan(v) else round(100 * v, 4)) for c, v in zip(CLASSES, conf.iou())}
             assert per_class == result["per_class_iou"]
-        assert not (out / "cache").exists(), "keep_cache=false removes the caches it built, and their folder"
+        if "random" in out.parent.name:  # the random floor's features are kept for the next probe of its kind
+            assert len(list((out / "cache").glob("probe-default-*/meta.json"))) == 2
+        else:
+            assert not (out / "cache").exists(), "keep_cache=false removes the caches it built, and their folder"
     table = (runs / "compare" / "probe-default-both.md").read_text()
     assert "| tiny | skipless | timm |" in table and "| random |" in table
     assert "single mIoU" in table and "multiscale mIoU" in table
@@ -101,10 +104,10 @@ def checkpoint_in(json_path, backbone):
 def test_kept_cache_is_reused_with_the_same_result(setup, capsys):
     tmp, _, args = setup
     ckpt = f"ckpt={tmp / 'runs' / 'tiny'}"
-    main(args + [ckpt, "keep_cache=true", "figure_images=0"])
+    main(args + [ckpt, "keep_cache=true", "figure_images=0", "random_floor=false"])
     first = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
     assert len(list((tmp / "runs/tiny/eval/cache").glob("probe-default-*/meta.json"))) == 2
-    main(args + [ckpt, "keep_cache=true", "figure_images=0"])
+    main(args + [ckpt, "keep_cache=true", "figure_images=0", "random_floor=false"])
     second = json.loads((tmp / "runs/tiny/eval/probe-default.json").read_text())
     assert second["timings"]["cache_reused"] and not first["timings"]["cache_reused"]
     assert second["miou"] == first["miou"] and second["sweep"] == first["sweep"]
@@ -219,3 +222,16 @@ def test_an_rgb_val_mask_is_one_sentence_before_any_feature_is_extracted(setup, 
     assert str(err.value) == (f"error: mask '{masks / val.ids[-1]}.png' has mode 'RGB'; expected a palette (P) or "
                               "index (L) PNG whose pixel values are class indices; see data/README.md")
     assert "features" not in capsys.readouterr().out and not (tmp / "runs" / "tiny" / "eval").exists()
+
+
+def test_one_backbone_is_probed_beside_its_random_floor_whose_features_are_kept(setup, capsys):
+    tmp, _, args = setup
+    runs = tmp / "runs"
+    main(args + [f"ckpt={runs / 'tiny'}", "figure_images=0"])
+    out = capsys.readouterr().out
+    assert "backbones: tiny, random" in out and "table written" in out
+    floor = runs / "random-vit_tiny-skipless-timm" / "eval"
+    assert json.loads((floor / "probe-default.json").read_text())["checkpoint"] == "random (seed 0)"
+    assert len(list((floor / "cache").glob("probe-default-*/meta.json"))) == 2
+    main(args + [f"ckpt={runs / 'tiny'}", "figure_images=0"])  # the floor's features again: read, not extracted
+    assert json.loads((floor / "probe-default.json").read_text())["timings"]["cache_reused"]

@@ -121,7 +121,7 @@ def test_pca_ends_each_trained_backbones_grid_with_a_random_init_column(setup, m
     assert titles == ["block 0", "block 1", "random init, block 1"] and widths == [3, 3]
     assert "PCA of each block's block outputs" not in suptitle and "outputs" in suptitle and "initialisation" in suptitle
     assert drawn["random"][0] == ["block 0", "block 1"]  # the random backbone itself gets no second floor
-    pca.run(pca.load_config("pca", argv + ["random_column=false", f"ckpt={run}"]))
+    pca.run(pca.load_config("pca", argv + ["random_floor=false", f"ckpt={run}"]))
     assert drawn["tiny"][0] == ["block 0", "block 1"]
 
 

@@ -61,7 +61,7 @@ def test_make_tsne_end_to_end_one_png_json_and_tensorboard_per_backbone_and_side
 def test_make_tsne_slices_the_cache_make_knn_left_and_a_small_dataset_shows_all_its_classes(tmp_path, monkeypatch, capsys):
     register_colours(monkeypatch, {"train": 4, "val": 5})
     run = tiny_backbone(tmp_path / "runs" / "tiny")
-    common = ["dataset=colours", f"ckpt={run}", f"runs_root={tmp_path / 'runs'}", *SMALL]
+    common = ["dataset=colours", f"ckpt={run}", f"runs_root={tmp_path / 'runs'}", "random_floor=false", *SMALL]
     knn.main([*common, "ks=[3]", "report_k=3"])
     tsne.main([*common, *QUICK])  # num_classes 10 > the 6 colours: all of them
     r = json.loads((run / "eval" / "tsne-colours.json").read_text())

@@ -31,6 +31,8 @@ def test_every_experiment_plans_runs_before_the_evaluations_that_read_them(tmp_p
             ckpt = next(o for o in job.overrides if o.startswith("ckpt="))
             assert ckpt.startswith(f"ckpt={tmp_path.resolve() / run.run_dir}/backbone")
             assert any(o.startswith("out=") for o in job.overrides)
+            # one backbone per job, no random floor added: the experiment's own cells name the random ones
+            assert job.overrides[0] == "random_floor=false"
     assert len({j.config_hash for j in runs}) == len(runs)  # distinct cells, distinct runs
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from skipless.config_rules import boolean, integer, number, one_of, optional, text
+from skipless.config_rules import integer, number, one_of, optional, text
 from skipless.config import load_config
 from skipless.errors import exit_on_user_error
 from skipless.cpu_threads import set_cpu_threads
@@ -113,7 +113,6 @@ RULES = {
     "feature": one_of(*FEATURES),
     "compare_layer": BLOCK,
     "foreground_threshold": optional(number(0, 1)),
-    "random_column": boolean(),
 }
 
 
@@ -151,7 +150,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Draw the PCA grids of every backbone of ``cfg.ckpt``; returns the written paths."""
     device, threshold, stem = check_settings(cfg)
     set_cpu_threads(cfg.cpu_threads, 0)  # the images are read in this process
-    specs = backbones_to_evaluate(cfg)
+    specs = backbones_to_evaluate(cfg, floor=False)  # PCA's floor is a column of each grid, not a grid of its own
     images = load_images(cfg)
     names, x = images.names, images.x
     written: dict[str, Any] = {"blocks": {}, "checkpoints": None, "skipped": images.skipped}
@@ -160,7 +159,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         r = compute_maps(spec, x, cfg, device, threshold)
         results.append(r)
         maps, titles = r.maps, [f"block {b}" for b in r.blocks]
-        if cfg.random_column and not spec.is_random:
+        if cfg.random_floor and not spec.is_random:
             floor = floors.get(repr(spec.args))
             if floor is None:  # one random init per architecture, shared by the backbones that have it
                 floor = compute_maps(BackboneSpec(RANDOM, None, spec.out_dir, dict(spec.args), RANDOM), x, cfg,

@@ -21,7 +21,7 @@ from skipless.cpu_threads import usable_cores
 
 from skipless.data.segmentation.seg_views import Mirrored
 
-from ..shared.backbones import BackboneSpec, backbone_key, load_spec
+from ..shared.backbones import RANDOM, BackboneSpec, backbone_key, load_spec
 from .feature_cache import FeatureCache, build_cache
 from .linear_probe import LinearHeads, TrainResult, cache_batches, evaluate_cached, evaluate_full, train_heads
 from .miou import ConfusionMatrix
@@ -134,7 +134,9 @@ def probe_backbone(settings: ProbeSettings, spec: BackboneSpec, train_ds: Any, v
     layers = layers_for(settings, len(model.blocks))
     resolution, label_size, note = sizes_for(settings, int(model.patch_embed.patch_size[0]))
     union = sorted({i for ls in layers.values() for i in ls})
-    keep = cfg.cache != "disk" or bool(cfg.keep_cache)
+    # The random floor's features are kept: the same for every backbone of its architecture and seed, so that
+    # each later probe of such a backbone reads them instead of extracting them again.
+    keep = cfg.cache != "disk" or bool(cfg.keep_cache) or spec.kind == RANDOM
     caches: list[FeatureCache] = []
     try:
         caches.append(_cache(settings, model, spec, train_ds, "train", union, resolution, label_size))

@@ -210,9 +210,11 @@ def _item_spec(item: str, runs_root: Path) -> BackboneSpec:
 
 
 def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.PathLike = "runs",
-                      out: str | os.PathLike | None = None) -> list[BackboneSpec]:
+                      out: str | os.PathLike | None = None, floor: bool = False) -> list[BackboneSpec]:
     """Turn a ``CKPT`` setting into backbone specs, in the order given (see the module docstring);
-    ``out``: write every backbone's results to ``<out>/<name>/`` instead of its own ``eval/`` folder."""
+    ``out``: write every backbone's results to ``<out>/<name>/`` instead of its own ``eval/`` folder;
+    ``floor``: a ``CKPT`` of one trained backbone (a run, a file, timm weights) gets ``random`` after it,
+    a seeded random init of its architecture, so that its number is read beside its floor."""
     items = split_items(ckpt)
     runs_root = Path(runs_root)
     if not items:
@@ -222,6 +224,8 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
                 f"no pretraining run with a backbone.pt under {runs_root}/; run `make pretrain` first or "
                 "pass CKPT=<run folder or backbone file> (CKPT=random evaluates a random backbone)")
         items = [str(run)]
+    if floor and len(items) == 1 and items[0] != RANDOM and not items[0].startswith(INIT_PREFIX):
+        items.append(RANDOM)
     specs: list[BackboneSpec | None] = [None if item == RANDOM else _item_spec(item, runs_root) for item in items]
     real = [s for s in specs if s is not None and s.kind != "init"] or [s for s in specs if s is not None]
     if len(real) < len(specs):

@@ -39,6 +39,7 @@ COMMON = {
     "device": text(),  # its name is checked by eval.shared.devices.resolve_device
     "norm": boolean(),
     "cpu_threads": optional(integer(1)),  # null: skipless.cpu_threads's rule
+    "random_floor": boolean(),            # one backbone given: its random init beside it (output_dirs.py)
 }
 
 
