@@ -123,12 +123,17 @@ def test_make_linear_end_to_end_reuses_the_knn_cache_and_writes_json_and_table(t
     for backbone in (run, tmp_path / "runs" / "random-vit_tiny-skipless-timm"):
         knn_events = EventAccumulator(str(backbone / "eval" / "tb" / "knn-colours")).Reload()
         assert [(e.step, e.value) for e in knn_events.Scalars("knn-colours/top1_per_k")][0][0] == 3
-        events = EventAccumulator(str(backbone / "eval" / "tb" / "linear-colours")).Reload()
-        tags = set(events.Tags()["scalars"])
-        assert {f"linear-colours/{g}/{t}" for g in ("cls", "cls+avgpool")
-                for t in ("val_top1/best", "val_top1/lr=0.01", "train_loss/lr=1")} <= tags
-        assert [e.step for e in events.Scalars("linear-colours/cls/train_loss/lr=0.1")] == list(range(1, 16))
-    (best,) = EventAccumulator(str(run / "eval" / "tb" / "linear-colours")).Reload().Scalars("linear-colours/cls/val_top1/best")
+        # the sweep: one sub-run per lr, its tags without the lr, so each quantity is one chart of every lr
+        folder = backbone / "eval" / "tb" / "linear-colours"
+        assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == [f"lr={lr:g}" for lr in (0.01, 0.1, 1)]
+        for lr in ("0.01", "1"):
+            tags = set(EventAccumulator(str(folder / f"lr={lr}")).Reload().Tags()["scalars"])
+            assert tags == {f"linear-colours/{g}/{t}" for g in ("cls", "cls+avgpool") for t in ("val_top1", "head_loss")}
+        sweep = EventAccumulator(str(folder / "lr=0.1")).Reload()
+        assert [e.step for e in sweep.Scalars("linear-colours/cls/head_loss")] == list(range(1, 16))
+        assert set(EventAccumulator(str(folder)).Reload().Tags()["scalars"]) == {
+            f"linear-colours/{g}/val_top1" for g in ("cls", "cls+avgpool")}  # the best lr's, on the same chart
+    (best,) = EventAccumulator(str(run / "eval" / "tb" / "linear-colours")).Reload().Scalars("linear-colours/cls/val_top1")
     assert best.step == 15 and best.value == pytest.approx(result["groups"]["cls"]["top1"])
     (top1,) = EventAccumulator(str(run / "eval" / "tb" / "knn-colours")).Reload().Scalars("knn-colours/top1")
     assert top1.value == pytest.approx(knn_result["top1"])

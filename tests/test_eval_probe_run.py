@@ -235,3 +235,19 @@ def test_one_backbone_is_probed_beside_its_random_floor_whose_features_are_kept(
     assert len(list((floor / "cache").glob("probe-default-*/meta.json"))) == 2
     main(args + [f"ckpt={runs / 'tiny'}", "figure_images=0"])  # the floor's features again: read, not extracted
     assert json.loads((floor / "probe-default.json").read_text())["timings"]["cache_reused"]
+
+
+def test_the_lr_sweep_is_one_chart_per_quantity_with_a_run_per_lr(setup):
+    """TensorBoard overlays a tag of several runs: each lr is a sub-run, its tags without the lr."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    tmp, _, args = setup
+    main(args + [f"ckpt={tmp / 'runs' / 'tiny'}", "figure_images=0", "random_floor=false"])
+    folder = tmp / "runs" / "tiny" / "eval" / "tb" / "probe-default"
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["lr=0.001", "lr=0.01"]
+    for lr in ("0.001", "0.01"):
+        sweep = EventAccumulator(str(folder / f"lr={lr}")).Reload()
+        assert set(sweep.Tags()["scalars"]) == {"probe/head_loss", "probe/val_miou_at_label_size", "probe/val_miou"}
+        assert [e.step for e in sweep.Scalars("probe/head_loss")] == [1, 2]
+    best = EventAccumulator(str(folder)).Reload()
+    result = json.loads((tmp / "runs" / "tiny" / "eval" / "probe-default.json").read_text())
+    assert [e.value for e in best.Scalars("probe/val_miou")] == [pytest.approx(result["miou"])]

@@ -55,7 +55,7 @@ from ..shared.global_features import GlobalFeatures
 from ..shared.lr_sweep import sweep_edge
 from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import markdown_table
-from ..shared.tb_events import event_writer
+from ..shared.tb_events import SweepWriter
 from .heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
 from .recipe import RULES, Recipe
 
@@ -140,14 +140,14 @@ def write_events(spec: BackboneSpec, stem: str, result: dict, losses: dict[tuple
     """TensorBoard, in the backbone's ``tb/<stem>``, per input: each lr's training loss per epoch,
     its val top-1 after the last epoch, and the best val top-1 (lrs unscaled, as configured)."""
     epochs, scale = result["epochs"], result["lr_scale"]
-    with event_writer(spec.out_dir, stem) as writer:
+    with SweepWriter(spec.out_dir, stem) as writer:
         for g, x in result["groups"].items():
             for j, s in enumerate(x["sweep"]):
                 lr = f"{s['lr'] / scale:g}"
                 for epoch, loss in enumerate(losses[(g, j)], 1):
-                    writer.add_scalar(f"{stem}/{g}/train_loss/lr={lr}", loss, epoch)
+                    writer.add_scalar(f"{stem}/{g}/head_loss/lr={lr}", loss, epoch)
                 writer.add_scalar(f"{stem}/{g}/val_top1/lr={lr}", s["top1"], epochs)
-            writer.add_scalar(f"{stem}/{g}/val_top1/best", x["top1"], epochs)
+            writer.add_scalar(f"{stem}/{g}/val_top1", x["top1"], epochs)  # the best lr's, on the sweep's chart
 
 
 def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict], groups: Sequence[str]) -> str:

@@ -109,7 +109,7 @@ def _monitor(heads: LinearHeads, val_cache: FeatureCache, device: torch.device, 
 
     def on_epoch(epoch: int, losses: dict) -> dict | None:
         for (g, j), loss in losses.items():
-            log(g, f"probe/train_loss/lr={lrs[j]:g}", loss, epoch)
+            log(g, f"probe/head_loss/lr={lrs[j]:g}", loss, epoch)
         if not val_every or (epoch % val_every and epoch != epochs):
             return None
         monitor = {k: c.miou() for k, c in evaluate_cached(heads, val_cache, device).items()}

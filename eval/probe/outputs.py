@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 
 from ..shared.lr_sweep import sweep_edge
 from ..shared.report import result_json, shown_args, write_text
-from ..shared.tb_events import event_writer
+from ..shared.tb_events import SweepWriter
 from .compute import ProbeRun, best_index, ids_hash
 from .feature_cache import FeatureCache
 from .figures import example_figure, figure_array, save_prediction
@@ -47,7 +47,7 @@ def reset_dir(path: Path) -> Path:
 
 def open_writers(settings: ProbeSettings, out_dir: Path) -> dict[str, Any]:
     """One fresh TensorBoard folder per head group, ``tb/probe-<dataset>[-ms]``."""
-    return {g: event_writer(out_dir, f"probe-{settings.dataset}{GROUPS[g][0]}") for g in settings.groups}
+    return {g: SweepWriter(out_dir, f"probe-{settings.dataset}{GROUPS[g][0]}") for g in settings.groups}
 
 
 def _figure(path: Path, heads: LinearHeads, key: tuple[str, int], cache: FeatureCache, dataset: Any, count: int,
@@ -127,7 +127,7 @@ def group_result(settings: ProbeSettings, run: ProbeRun, group: str, train_ds: A
     }
     for s in sweep:
         writer.add_scalar(f"probe/val_miou/lr={s['lr']:g}", s["miou"] or 0.0, epochs)
-    writer.add_scalar("probe/val_miou/best", result["miou"] or 0.0, epochs)
+    writer.add_scalar("probe/val_miou", result["miou"] or 0.0, epochs)  # the best lr's, on the sweep's chart
     if figure:
         writer.add_image("probe/examples", figure_array(figure), epochs)
     writer.close()
