@@ -40,7 +40,13 @@ def test_tokencut_writes_scores_boxes_figure_events_and_table(setup, capsys):
     assert summary["ambiguous_percent"]["1"] == 100 and summary["undefined_blocks"] == [1]
     assert summary["best_block"] == 0 and "| block 1 | undefined (100%) | undefined (100%) |" in out
     assert (run / "eval" / "tokencut-default.png").stat().st_size > 0
-    assert list((run / "eval" / "tb").glob("events.out.tfevents.*"))
+    # TensorBoard: the headline scalars at step 0, per block a figure and a table (the steps are not blocks)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    events = EventAccumulator(str(run / "eval" / "tb" / "tokencut-default")).Reload()
+    assert set(events.Tags()["scalars"]) == {"tokencut-default/best_corloc", "tokencut-default/seconds_per_image"}
+    assert [(e.step, e.value) for e in events.Scalars("tokencut-default/best_corloc")] == [
+        (0, pytest.approx(summary["best_corloc"]))]
+    assert {"tokencut-default/corloc_per_block", "tokencut-default/boxes"} <= set(events.Tags()["images"])
     # the CSV scores again to the same CorLoc, from its own boxes and ground truth
     rows = list(csv.DictReader((run / "eval" / "tokencut-default-boxes.csv").open()))
     assert len(rows) == 5 * 2

@@ -156,14 +156,14 @@ def write_outputs(result: BackboneResult, cfg: DictConfig, split: str, device: t
                  else f"undefined ({ambiguous[shown]:.0f}% ambiguous graphs)")
         fig = draw_examples(result, shown, f"{result.spec.name}, {cfg.dataset}, block {shown} ({cfg.feature}): {score}")
         fig.savefig(out / f"{stem}.png", dpi=80)
-    with event_writer(out) as writer:
-        for b, v in scores.items():
-            if b not in undefined:
-                writer.add_scalar(f"{stem}/corloc_per_block", v, b)
-            writer.add_scalar(f"{stem}/ambiguous_percent_per_block", ambiguous[b], b)
+    # Its own folder, emptied first: a second run replaces these instead of adding points at the same steps. Per
+    # block, a figure and a table, not a time series whose steps would be blocks (and smoothed across them).
+    with event_writer(out, stem) as writer:
         if best is not None:
             writer.add_scalar(f"{stem}/best_corloc", scores[best], 0)
         writer.add_scalar(f"{stem}/seconds_per_image", summary["seconds_per_image"]["total"], 0)
+        writer.add_figure(f"{stem}/corloc_per_block", comparison_figure([summary], cfg.dataset), 0)
+        writer.add_text(f"{stem}/corloc_per_block", comparison([summary]), 0)
         if fig is not None:
             writer.add_figure(f"{stem}/boxes", fig, 0)  # closes the figure
     return summary
@@ -190,6 +190,17 @@ def comparison(summaries: list[dict[str, Any]]) -> str:
 
 
 def plot_comparison(summaries: list[dict[str, Any]], path: Path, dataset: str) -> None:
+    """``comparison_figure`` written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = comparison_figure(summaries, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def comparison_figure(summaries: list[dict[str, Any]], dataset: str):
+    """CorLoc per block, a line per backbone; an undefined block a grey x with its share of ambiguous graphs."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -212,8 +223,6 @@ def plot_comparison(summaries: list[dict[str, Any]], path: Path, dataset: str) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
