@@ -128,6 +128,13 @@ def test_a_run_logs_reconstructions_the_floor_and_the_rank_and_exports_the_encod
         assert png.size[0] > png.size[1] > 0
     for tag in ("train/loss", "train/mean_patch_loss", "watch/knn/encoder", "watch/rank/rho", "watch/rank/erank"):
         assert tag in events.Tags()["scalars"], tag
+    # the random init's k-NN on the encoder's chart: the same tag in the sub-run random-init, at the start and at
+    # each scoring step, a flat line
+    floor = EventAccumulator(str(run / "tb" / "random-init")).Reload()
+    assert floor.Tags()["scalars"] == ["watch/knn/encoder"] and "watch/knn/random" not in events.Tags()["scalars"]
+    points = floor.Scalars("watch/knn/encoder")
+    scored = [e.step for e in events.Scalars("watch/knn/encoder")]
+    assert [e.step for e in points] == [0, *scored] and len({e.value for e in points}) == 1
     backbone = load_backbone(run / "backbone.pt")
     encoder = module.net.encoder.eval()
     x = torch.randn(2, 3, 32, 32)

@@ -149,7 +149,7 @@ def test_a_healthy_dino_run_is_not_flagged(tmp_path, data_root, capsys):
 
 def test_the_dino_window_is_read_every_window_steps_and_at_each_epoch_end():
     class Trainer:  # what the monitor reads of a trainer
-        callback_metrics = {"train/teacher_entropy": torch.tensor(math.log(K)), "train/kl_teacher_student":
+        callback_metrics = {"watch/dino/teacher_entropy": torch.tensor(math.log(K)), "watch/dino/kl_teacher_student":
                             torch.tensor(1.0)}
         num_training_batches, max_steps, global_step, current_epoch = 7, -1, 0, 0
         is_global_zero, loggers, logger = False, [], None

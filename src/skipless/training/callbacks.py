@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from ..analysis.knn import knn_accuracy
 from ..atomic import DiskFullError, atomic_write, size_text
@@ -181,7 +182,9 @@ class KNNMonitor(pl.Callback):
     """k-NN top-1 accuracy of the exported backbone's CLS features (``watch/knn/<label>``: DINO's teacher,
     MAE's encoder), every ``every`` epochs
     and at the last one; a freshly initialised backbone of the same architecture is scored once
-    at the start (``watch/knn/random``) so the curve has its floor beside it. ``random_backbone`` builds
+    at the start, and drawn on the same chart: the same tag in the sub-run ``tb/random-init``, at the start
+    and again at every step the backbone is scored (a flat line under the curve; TensorBoard overlays
+    the runs of a tag, not two tags). ``random_backbone`` builds
     that backbone (the pretraining's own factory, so the floor has the init training starts from);
     without it, ``create_vit`` of the teacher's arguments."""
 
@@ -194,6 +197,7 @@ class KNNMonitor(pl.Callback):
         self.every, self.k, self.num_classes = every, k, num_classes
         self.history: list[tuple[int, float]] = []
         self.random_accuracy: float | None = None
+        self._floor_writer: Any = None
 
     def _score(self, backbone, device) -> float:
         # On forked generators: the monitor must not change the crops or masks the training draws next, or
@@ -211,7 +215,7 @@ class KNNMonitor(pl.Callback):
             fresh = self.random_backbone() if self.random_backbone else create_vit(args.pop("arch"), **args)
             fresh = fresh.to(pl_module.device)
         self.random_accuracy = self._score(fresh, pl_module.device)
-        _log_scalar(trainer, "watch/knn/random", self.random_accuracy)
+        self._log_floor(trainer)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         epoch = trainer.current_epoch + 1
@@ -221,9 +225,31 @@ class KNNMonitor(pl.Callback):
         acc = self._score(pl_module.exported_backbone(), pl_module.device)
         self.history.append((epoch, acc))
         _log_scalar(trainer, f"watch/knn/{self.label}", acc)
+        self._log_floor(trainer)
         rnd = f" (random init: {self.random_accuracy:.3f})" if self.random_accuracy is not None else ""
         # Through the bar (tqdm.write): on a line of its own above it, not onto the end of its last redraw.
         pl_module.print(f"epoch {epoch}: k-NN top-1 of the {self.label} {acc:.3f}{rnd}")
+
+
+    def _log_floor(self, trainer: pl.Trainer) -> None:
+        """The random init's score under this monitor's tag, in ``<TensorBoard folder>/random-init``."""
+        if self.random_accuracy is None:
+            return
+        folder = next((logger.log_dir for logger in trainer.loggers if isinstance(logger, TensorBoardLogger)), None)
+        if folder is None:  # no TensorBoard: a tag of its own in whatever logs
+            _log_scalar(trainer, "watch/knn/random", self.random_accuracy)
+            return
+        if self._floor_writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._floor_writer = SummaryWriter(str(Path(folder) / "random-init"))
+        self._floor_writer.add_scalar(f"watch/knn/{self.label}", self.random_accuracy, trainer.global_step)
+        self._floor_writer.flush()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._floor_writer is not None:
+            self._floor_writer.close()
+            self._floor_writer = None
 
 
 def _log_scalar(trainer: pl.Trainer, name: str, value: float) -> None:

@@ -4,8 +4,9 @@ DINO (Caron et al. 2021, Section 5.3 and Figure 7): the cross-entropy splits int
 entropy and the divergence, ``H(P_t, P_s) = h(P_t) + KL(P_t || P_s)``. "A KL equal to zero indicates a
 constant output, and hence a collapse"; without sharpening the entropy goes to ``log K`` (the teacher
 is uniform), without centering to 0 (one prototype wins); both forms end with KL 0. ``DINO`` logs both
-per step (``train/teacher_entropy``, ``train/kl_teacher_student``); the rule reads their mean over a
-window of steps (``DINO_WINDOW``, and the end of each epoch), so one noisy batch decides nothing:
+per step (``watch/dino/teacher_entropy``, ``watch/dino/kl_teacher_student``: under ``watch/``, so that
+``train/`` opens on the loss); the rule reads their mean over a window of steps (``DINO_WINDOW``, and
+the end of each epoch), so one noisy batch decides nothing:
 
 - *uniform teacher*: entropy at least ``UNIFORM_FRACTION`` of ``log K``. Uniform targets carry no
   information about the image, whatever the student does.
@@ -38,7 +39,7 @@ UNIFORM_FRACTION = 0.99
 # Constant output: KL(teacher || student) <= 0.05 nats, the floor of both forms (Figure 7). The demo
 # recipe's KL falls from 2.9 to 0.66-0.92 (docs/results.md); the soft T_t 0.04 run above, 0.9 -> 0.34.
 KL_FLOOR = 0.05
-ENTROPY_KEY, KL_KEY = "train/teacher_entropy", "train/kl_teacher_student"
+ENTROPY_KEY, KL_KEY = "watch/dino/teacher_entropy", "watch/dino/kl_teacher_student"
 
 
 def dino_collapse(entropy: float, kl: float, out_dim: int) -> str | None:

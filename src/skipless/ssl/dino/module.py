@@ -193,8 +193,8 @@ class DINO(pl.LightningModule):
         with record_function(RANGES["log"]):
             schedule = {"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd, "watch/schedule/momentum": momentum,
                         "watch/schedule/teacher_temp": temp}
-            self.log_dict({"train/loss": loss, "train/kl_teacher_student": loss - entropy,
-                           "train/teacher_entropy": entropy, **device_scalars(schedule, self.device)},
+            self.log_dict({"train/loss": loss, "watch/dino/kl_teacher_student": loss - entropy,
+                           "watch/dino/teacher_entropy": entropy, **device_scalars(schedule, self.device)},
                           on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
         return loss
 
