@@ -150,7 +150,7 @@ bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (D
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)
 
 tensorboard: $(STAMP) ## browse training and evaluation runs on http://127.0.0.1:6006: PORT= HOST=
-	$(PY) -m tensorboard.main --logdir runs --host $(TB_HOST) --port $(PORT)
+	$(PY) -m skipless.tensorboard_page --logdir runs --host $(TB_HOST) --port $(PORT)
 
 test: $(STAMP) ## run the test suite (GPU tests skip themselves without a GPU)
 	$(PY) -m pytest -q

@@ -46,7 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("divergence",),                                # the loss check every training module runs
     ("training",),                                  # trainer, callbacks, loaders, run folders: no method
     ("ssl", "supervised"),                          # the methods: ssl/<name>/ (DINO, MAE), the classifier
-    ("pretrain", "train"),                          # the entry points
+    ("pretrain", "train", "tensorboard_page"),      # the entry points
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 

@@ -1,0 +1,30 @@
+"""``make tensorboard``'s first page (``skipless/tensorboard_page.py``): its filter keeps the headline tags the
+suite writes and leaves out the rest; its address carries the filter and no smoothing."""
+import re
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from skipless.tensorboard_page import HEADLINE, first_page
+
+
+@pytest.mark.parametrize("tag", [
+    "train/loss", "train/mean_patch_loss", "val/top1", "watch/knn/teacher", "watch/knn/encoder", "probe/val_miou",
+    "knn-default/top1", "linear-colours/cls/val_top1", "tokencut-default/best_corloc", "tokencut-voc12-out/best_corloc"])
+def test_the_headline_tags_are_shown(tag):
+    assert re.match(HEADLINE, tag)
+
+
+@pytest.mark.parametrize("tag", [
+    "watch/dino/kl_teacher_student", "watch/schedule/lr", "probe/head_loss", "probe/val_miou_at_label_size",
+    "knn-default/top1_per_k", "tokencut-default/seconds_per_image", "linear-colours/cls/head_loss",
+    "watch/conditioning/embedding_log_kappa/block7", "watch/knn/teacher/extra", "train/amp_skipped_steps"])
+def test_the_rest_waits_behind_the_filter(tag):
+    assert not re.match(HEADLINE, tag)
+
+
+def test_the_address_carries_the_filter_and_no_smoothing():
+    url = urlparse(first_page("127.0.0.1", 6007))
+    query = parse_qs(url.query)
+    assert (url.netloc, url.fragment) == ("localhost:6007", "timeseries")
+    assert query == {"tagFilter": [HEADLINE], "smoothing": ["0"]}
