@@ -255,6 +255,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     for model, spec in zip(models, specs):
         check_backbone(model, spec, cfg)
     settings = settings_of(cfg)
+    print(f"conditioning ({', '.join(cfg.measures)}): {images.shape[0]} images at {cfg.image_size} px, blocks "
+          f"{cfg.layers}, Lanczos tol {cfg.solver.tol:g} / {cfg.solver.max_iter} products; backbones: "
+          f"{', '.join(s.name for s in specs)}", flush=True)
     results: list[tuple[str, Diagnosis]] = []
     written: dict[str, Any] = {"json": {}, "results": {}}
     for spec, model in zip(specs, models):

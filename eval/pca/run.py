@@ -154,6 +154,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     images = load_images(cfg)
     names, x = images.names, images.x
     written: dict[str, Any] = {"blocks": {}, "checkpoints": None, "skipped": images.skipped}
+    print(f"pca of each block's {FEATURE_WORDS[cfg.feature]}: {len(names)} images at {cfg.image_size} px, blocks "
+          f"{cfg.layers}, compare block {cfg.compare_layer}"
+          + (", a random-init column" if cfg.random_floor else "") + f"; backbones: {', '.join(s.name for s in specs)}",
+          flush=True)
     results, floors = [], {}
     for spec in specs:
         r = compute_maps(spec, x, cfg, device, threshold)
