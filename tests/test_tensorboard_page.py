@@ -28,3 +28,18 @@ def test_the_address_carries_the_filter_and_no_smoothing():
     query = parse_qs(url.query)
     assert (url.netloc, url.fragment) == ("localhost:6007", "timeseries")
     assert query == {"tagFilter": [HEADLINE], "smoothing": ["0"]}
+
+
+def test_main_prints_the_address_then_runs_tensorboard_on_the_same_folder_host_and_port(monkeypatch, capsys):
+    import sys
+
+    from tensorboard import main as tensorboard_main
+
+    from skipless.tensorboard_page import main
+
+    seen = []
+    monkeypatch.setattr(tensorboard_main, "run_main", lambda: seen.append(list(sys.argv)))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    assert main(["--logdir", "somewhere", "--host", "127.0.0.1", "--port", "6011"]) == 0
+    assert seen == [["tensorboard", "--logdir", "somewhere", "--host", "127.0.0.1", "--port", "6011"]]
+    assert first_page("127.0.0.1", 6011) in capsys.readouterr().out
