@@ -57,3 +57,9 @@ def test_a_thread_count_below_one_is_one_sentence(tmp_path, name):
     _, run = _entry(name)
     with pytest.raises(ConfigError, match=r"cpu_threads"):
         run(load_config(name, ["cpu_threads=0", "ckpt=random", f"runs_root={tmp_path}"]))
+
+
+def test_loader_workers_default_to_the_usable_cores_up_to_eight():
+    from skipless.cpu_threads import loader_workers
+    assert loader_workers(3) == 3 and loader_workers(0) == 0
+    assert loader_workers(None) == min(8, usable_cores())

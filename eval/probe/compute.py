@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from skipless.cpu_threads import usable_cores
+from skipless.cpu_threads import loader_workers
 
 from skipless.data.segmentation.seg_views import Mirrored
 
@@ -82,10 +82,6 @@ def ids_hash(ids: Sequence[str]) -> str:
     return hashlib.sha1("\n".join(ids).encode()).hexdigest()[:12]
 
 
-def num_workers(value: Any) -> int:
-    return min(8, usable_cores()) if value is None else int(value)
-
-
 def _cache(settings: ProbeSettings, model: torch.nn.Module, spec: BackboneSpec, dataset: Any, which: str,
            layers: list[int], resolution: int, label_size: int) -> FeatureCache:
     cfg, device = settings.cfg, settings.device
@@ -97,7 +93,7 @@ def _cache(settings: ProbeSettings, model: torch.nn.Module, spec: BackboneSpec, 
         digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         folder = spec.out_dir / "cache" / f"probe-{dataset.name}-{which}-{digest}"
     return build_cache(model, dataset, layers, resolution=resolution, label_size=label_size, norm=bool(cfg.norm),
-                       device=device, batch_size=int(cfg.extract_batch_size), num_workers=num_workers(cfg.num_workers),
+                       device=device, batch_size=int(cfg.extract_batch_size), num_workers=loader_workers(cfg.num_workers),
                        folder=folder, key=key, amp=bool(cfg.amp), progress=bool(cfg.progress),
                        desc=f"{spec.name}: {which} features")
 
@@ -156,7 +152,7 @@ def probe_backbone(settings: ProbeSettings, spec: BackboneSpec, train_ds: Any, v
                               on_epoch=_monitor(heads, val_cache, device, epochs, int(cfg.val_every), log),
                               progress=bool(cfg.progress), desc=f"{spec.name}: heads")
         t_eval = time.perf_counter()
-        conf = evaluate_full(heads, val_cache, val_ds, device, num_workers=num_workers(cfg.num_workers),
+        conf = evaluate_full(heads, val_cache, val_ds, device, num_workers=loader_workers(cfg.num_workers),
                              progress=bool(cfg.progress), desc=f"{spec.name}: val")
     except BaseException:
         release_caches(caches, keep, spec.out_dir)

@@ -25,14 +25,14 @@ import torch
 from omegaconf import DictConfig
 
 from skipless.config import load_config
-from skipless.cpu_threads import set_cpu_threads
+from skipless.cpu_threads import loader_workers, set_cpu_threads
 from skipless.data import build_split
 from skipless.errors import exit_on_user_error
 
 from ..shared.backbones import BackboneSpec
 from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import compare_dir, markdown_table, write_text
-from .compute import num_workers, probe_backbone
+from .compute import probe_backbone
 from .outputs import open_writers, write_outputs
 from .settings import GROUPS, ProbeSettings, resolve_settings
 
@@ -73,7 +73,7 @@ def _report(settings: ProbeSettings, spec: BackboneSpec, results: dict[str, dict
 def run_probe(cfg: DictConfig) -> dict[str, dict[str, dict]]:
     """Probe every backbone of ``cfg.ckpt``; returns ``{backbone name: {group: result}}``."""
     settings = resolve_settings(cfg)
-    set_cpu_threads(cfg.cpu_threads, num_workers(cfg.num_workers))
+    set_cpu_threads(cfg.cpu_threads, loader_workers(cfg.num_workers))
     specs = backbones_to_evaluate(cfg)
     train_ds, val_ds = _splits(settings)
     print(f"probe {settings.dataset}: {len(train_ds)} train / {len(val_ds)} val images, {train_ds.num_classes} classes, "

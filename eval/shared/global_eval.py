@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from skipless.config import ConfigError
 from skipless.config_rules import Rule, boolean, integer, one_of, optional, text
-from skipless.cpu_threads import usable_cores
+from skipless.cpu_threads import loader_workers as loader_workers_for
 from skipless.data.classification.registry import READERS, classification_split
 from skipless.data.errors import UnknownDatasetError
 from skipless.models import FeatureRequestError
@@ -74,8 +74,7 @@ class GlobalSettings:
 
 def loader_workers(cfg: DictConfig) -> int:
     """The image-decoding processes of the feature extraction: ``features.num_workers``, null: min(8, cores)."""
-    workers = cfg.features.num_workers
-    return min(8, usable_cores()) if workers is None else int(workers)
+    return loader_workers_for(cfg.features.num_workers)
 
 
 def data_root(cfg: DictConfig) -> str:

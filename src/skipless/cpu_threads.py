@@ -31,6 +31,11 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def loader_workers(requested: int | None) -> int:
+    """The image-decoding processes of an evaluator's loader: ``requested``, or (None) min(8, usable cores)."""
+    return min(8, usable_cores()) if requested is None else int(requested)
+
+
 def cpu_threads(requested: int | None, workers: int, cores: int | None = None) -> int:
     """The threads for ``requested`` (``cpu_threads`` of a config; None: the module's rule), with ``workers``
     loader processes beside this one, on ``cores`` (None: ``usable_cores()``)."""
