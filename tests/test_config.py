@@ -96,7 +96,7 @@ DEMO = {
     "optim.name": "adamw", "optim.lr": 5e-4, "optim.lr_scale": 4.8, "optim.min_lr": 1e-6, "optim.warmup_epochs": 1,
     "optim.weight_decay": 0.04, "optim.weight_decay_end": 0.4, "optim.clip_grad": 3.0, "optim.betas": [0.9, 0.999],
     "optim.eps": 1e-8, "optim.implementation": "fused",  # issue 15: the same numbers, the fastest kernel
-    "train.epochs": 4, "train.batch_size_per_device": 32, "train.num_workers": 2, "train.accelerator": "auto",
+    "train.epochs": 4, "train.batch_size_per_device": 32, "train.num_workers": 2, "train.cpu_threads": None, "train.accelerator": "auto",
     "train.devices": 1, "train.num_nodes": 1, "train.strategy": "auto", "train.precision": "auto",
     "train.log_every_n_steps": 10, "train.compile": False,  # issue 15: off by default
     "train.knn_every_n_epochs": 2, "train.knn_k": 20,

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 import lightning.pytorch as pl
+import torch
 from omegaconf import DictConfig
 from torch import nn
 
@@ -40,7 +41,7 @@ from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
 from .training.trainer import build_trainer
-from .world import check_global_batch, check_gpus_visible
+from .world import check_global_batch, check_gpus_visible, training_threads
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -127,6 +128,7 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
     run_dir = run_dir_of(cfg)
     check_config(cfg)
     method: Method = method_of(cfg)
+    torch.set_num_threads(training_threads(cfg))
     with hold_run_folder(run_dir):
         start = prepare_run(cfg, run_dir)
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)

@@ -13,7 +13,8 @@ from typing import Any
 
 from .models.decay import DEFAULT_ALPHA_MIN
 from .models.init import CUTSKIP_DEFAULTS
-from .world import accumulation_steps, global_batch, world_size
+from .cpu_threads import threads_reason
+from .world import accumulation_steps, devices_of, global_batch, training_threads, world_size
 
 
 def peak_lr(cfg: Mapping, world: int | None = None) -> float:
@@ -93,6 +94,14 @@ def memory_lines(m: Mapping) -> list[str]:
             "recomputed in the backward pass"]
 
 
+def threads_line(cfg: Mapping) -> str:
+    """The header's line for torch's CPU threads (``world.training_threads``): the number, and where it came from."""
+    t = cfg["train"]
+    n = training_threads(cfg)
+    why = threads_reason(t["cpu_threads"], int(t["num_workers"]), devices_of(cfg), key="train.cpu_threads")
+    return f"  threads  {n} CPU thread{'s' if n != 1 else ''} per process ({why})"
+
+
 def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = None,
                     method_lines: Sequence[str] = ()) -> str:
     """The lines ``make pretrain`` prints before it starts (``cfg`` is a resolved pretraining config;
@@ -114,4 +123,5 @@ def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = N
         *memory_lines(m),
         f"  exports  backbone.pt (latest); backbone-epoch<N>.pt at epochs: {exports}",
         *([f"  precision {precision}"] if precision else []),
+        threads_line(cfg),
     ])

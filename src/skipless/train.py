@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Sequence
 
 import lightning.pytorch as pl
+import torch
 from omegaconf import DictConfig
 
 from .config import load_config
 from .errors import SkiplessError, user_message
-from .summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr
+from .summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr, threads_line
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
@@ -29,7 +30,7 @@ from .training.preflight import check_run_folder
 from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.trainer import build_trainer
-from .world import check_global_batch, check_gpus_visible, global_batch
+from .world import check_global_batch, check_gpus_visible, global_batch, training_threads
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -63,6 +64,7 @@ def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int,
         f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}",
         *memory_lines(m),
         f"  precision {describe_precision(cfg)}",
+        threads_line(cfg),
     ])
 
 
@@ -70,6 +72,7 @@ def train(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple
     """Run (or resume) the supervised training described by ``cfg``; returns the trainer and the module."""
     run_dir = run_dir_of(cfg)
     check_config(cfg)
+    torch.set_num_threads(training_threads(cfg))
     with hold_run_folder(run_dir):
         start = prepare_run(cfg, run_dir)
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)

@@ -8,6 +8,9 @@ process otherwise. It is resolved here, once, rather than refused, because a use
 expects "all the GPUs of this machine", and the global batch, the peak lr and the schedules all
 depend on the number it resolves to, so each reader must get the same number.
 
+``training_threads`` is the CPU threads each of the run's processes gives torch: ``train.cpu_threads``, or
+the rule of ``cpu_threads.py`` with the loader's workers and the processes on this node counted.
+
 ``isolated_rng`` is the one way a monitor that draws or seeds random numbers gives the training's
 generators back untouched.
 
@@ -31,6 +34,7 @@ from contextlib import AbstractContextManager
 import torch
 
 from .config import ConfigError
+from .cpu_threads import cpu_threads
 
 
 def runs_on_cuda(cfg: Mapping) -> bool:
@@ -51,6 +55,14 @@ def devices_of(cfg: Mapping) -> int:
 def world_size(cfg: Mapping) -> int:
     """Processes the run trains with: devices per node x ``train.num_nodes``."""
     return devices_of(cfg) * int(cfg["train"]["num_nodes"])
+
+
+def training_threads(cfg: Mapping) -> int:
+    """torch's CPU threads in each process of the run: ``train.cpu_threads``, or (null) ``cpu_threads``'s
+    rule with ``train.num_workers`` loader processes beside each of the node's ``devices_of(cfg)``
+    processes. The entry points set it (``torch.set_num_threads``) and print it in the header."""
+    t = cfg["train"]
+    return cpu_threads(t["cpu_threads"], int(t["num_workers"]), processes=devices_of(cfg))
 
 
 def check_gpus_visible(cfg: Mapping) -> None:

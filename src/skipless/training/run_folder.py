@@ -45,6 +45,7 @@ RESUMABLE = (
     "run.resume", "run.name", "run.root",  # the same folder either way: the saved config is read from it
     "data.root",
     "train.epochs", "train.devices", "train.num_nodes", "train.accelerator", "train.strategy", "train.num_workers",
+    "train.cpu_threads",  # the same computation on more or fewer threads
     "train.log_every_n_steps", "train.knn_every_n_epochs", "train.knn_k", "train.keep_checkpoints",
     "train.export_epochs", "train.max_steps", "train.limit_train_batches",
     "train.val_every_n_epochs", "train.limit_val_batches",  # supervised runs: how often and how much to validate

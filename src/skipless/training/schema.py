@@ -109,6 +109,7 @@ RULES: dict[str, Rule] = {
     "train.batch_size_per_device": POSITIVE_INT,
     "train.global_batch": optional(POSITIVE_INT),  # divisibility by the devices: world.check_global_batch
     "train.num_workers": COUNT,
+    "train.cpu_threads": optional(POSITIVE_INT),  # null: skipless.cpu_threads's rule
     "train.accelerator": one_of(*ACCELERATORS),
     "train.devices": WORLD,
     "train.num_nodes": POSITIVE_INT,
