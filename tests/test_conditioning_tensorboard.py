@@ -29,8 +29,19 @@ def _found() -> Diagnosis:
 def test_infinity_and_a_bound_are_each_drawn_under_their_own_tag():
     drawn = tensorboard_values(_found())
     assert drawn == {"kappa_JJt/infinite": F32_MAX, "kappa_attn/block0/lower_bound": 5.6e8, "kappa_mlp/block0": 207.0,
-                     "embedding_log_kappa_attn/block0/infinite": F32_MAX, "embedding_log_kappa_attn+skip/block0": 1.5,
-                     "effective_rank_cls/block0": 1.7}
+                     "emb_log_kappa_attn/block0/infinite": F32_MAX, "emb_log_kappa_attn+skip/block0": 1.5,
+                     "eff_rank_cls/block0": 1.7}
+
+
+def test_tensorboards_names_are_short_enough_for_its_cards_and_name_each_quantity_once():
+    """The longest tag the monitor writes is 53 characters, 67 before (issue 35 saw a card cut it to
+    ``watch/conditioning/embedding_log_k…/block7``), and the short names are one-to-one with the jsonl's."""
+    from skipless.analysis.diagnostics import named_values
+    from skipless.analysis.tensorboard_values import GROUP, tensorboard_name
+    names = [n for n, _ in named_values(_found())] + ["embedding_log_kappa_mlp+skip/block11"]
+    assert len({tensorboard_name(n) for n in names}) == len(names)
+    longest = max(len(f"{GROUP}/{tensorboard_name(n)}/lower_bound") for n in names)
+    assert longest <= 53, longest
 
 
 def test_the_monitor_writes_both_to_tensorboard_and_the_jsonl_says_the_same(tmp_path, monkeypatch):
@@ -44,10 +55,10 @@ def test_the_monitor_writes_both_to_tensorboard_and_the_jsonl_says_the_same(tmp_
     logger.finalize("success")
     events = EventAccumulator(str(tmp_path / "tb")).Reload()
     tags = set(events.Tags()["scalars"])
-    assert [e.value for e in events.Scalars("watch/conditioning/kappa_JJt/infinite")] == [F32_MAX]
-    assert "watch/conditioning/kappa_JJt" not in tags
-    assert [e.value for e in events.Scalars("watch/conditioning/kappa_attn/block0/lower_bound")] == [5.6e8]
-    assert "watch/conditioning/kappa_attn/block0" not in tags
+    assert [e.value for e in events.Scalars("watch/cond/kappa_JJt/infinite")] == [F32_MAX]
+    assert "watch/cond/kappa_JJt" not in tags
+    assert [e.value for e in events.Scalars("watch/cond/kappa_attn/block0/lower_bound")] == [5.6e8]
+    assert "watch/cond/kappa_attn/block0" not in tags
     row = json.loads((tmp_path / "diagnostics.jsonl").read_text())
     assert row["jacobian"]["value"] == "inf" and row["jacobian"]["reason"] == NUMERICALLY_ZERO
     assert row["block_jacobians"]["0"]["attn"]["converged"] is False

@@ -37,7 +37,7 @@ TOP = ("skipless", "eval", "bench", "paper")
 # Bottom first. A unit is a sub-package of skipless or one of its top-level modules.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "full_precision", "step_scalars",    # leaves: the error base, fp32 islands, step scalars,
-     "cpu_threads"),                                # torch's CPU threads
+     "cpu_threads", "tensorboard_names"),           # torch's CPU threads; short TensorBoard run names
     ("atomic",),                                    # atomic file writes
     ("config",),                                    # the config loader
     ("config_rules", "world"),                      # typed config rules; ranks and devices

@@ -5,7 +5,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from skipless.analysis.tensorboard_values import INFINITY_DRAWN
+from skipless.analysis.tensorboard_values import INFINITY_DRAWN, tensorboard_name
 from skipless.config import load_config
 from skipless.models import load_backbone
 from skipless.pretrain import pretrain, run_dir_of
@@ -56,7 +56,7 @@ def test_conditioning_is_measured_at_the_start_and_every_epoch(runs):
 def test_tensorboard_has_the_conditioning_curves_and_the_block_signals(runs):
     events = EventAccumulator(str(runs[0] / "tb")).Reload()
     tags = set(events.Tags()["scalars"])
-    assert "watch/conditioning/effective_rank_cls/block1" in tags
+    assert "watch/cond/eff_rank_cls/block1" in tags
     for name in ("grad_norm", "update_ratio", "attention_entropy", "attention_diagonal", "token_cosine", "token_norm"):
         assert {f"watch/signals/{name}/block0", f"watch/signals/{name}/block1"} <= tags, name
     steps = [e.step for e in events.Scalars("watch/signals/update_ratio/block0")]
@@ -66,7 +66,7 @@ def test_tensorboard_has_the_conditioning_curves_and_the_block_signals(runs):
     drawn = {t: [(e.step, e.value) for e in events.Scalars(t)] for t in tags if "kappa_JJt" in t}
     assert sorted(step for points in drawn.values() for step, _ in points) == [0, 4, 8]
     plain = set(EventAccumulator(str(runs[1] / "tb")).Reload().Tags()["scalars"])
-    assert not any(t.startswith(("watch/signals/", "watch/conditioning/")) for t in plain)
+    assert not any(t.startswith(("watch/signals/", "watch/cond/")) for t in plain)
 
 
 def test_tensorboard_draws_each_kappa_as_the_jsonl_reports_it(runs):
@@ -77,7 +77,7 @@ def test_tensorboard_draws_each_kappa_as_the_jsonl_reports_it(runs):
         kappas = {"kappa_JJt": row["jacobian"]} | {f"kappa_{k}/block{b}": c for b, r in row["block_jacobians"].items()
                                                     for k, c in r.items()}
         for name, c in kappas.items():
-            tag = f"watch/conditioning/{name}" + ("/infinite" if c["value"] == "inf" else
+            tag = f"watch/cond/{tensorboard_name(name)}" + ("/infinite" if c["value"] == "inf" else
                                                   "" if c["converged"] else "/lower_bound")
             value = INFINITY_DRAWN if c["value"] == "inf" else c["value"]
             assert (row["step"], pytest.approx(value, rel=1e-6)) in [(e.step, e.value) for e in scalars(tag)], tag

@@ -1,6 +1,7 @@
 """``make tensorboard``'s first page (``skipless/tensorboard_page.py``): its filter keeps the headline tags the
 suite writes and leaves out the rest; its address carries the filter and no smoothing."""
 import re
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -18,7 +19,7 @@ def test_the_headline_tags_are_shown(tag):
 @pytest.mark.parametrize("tag", [
     "watch/dino/kl_teacher_student", "watch/schedule/lr", "probe/head_loss", "probe/val_miou_at_label_size",
     "knn-default/top1_per_k", "tokencut-default/seconds_per_image", "linear-colours/cls/head_loss",
-    "watch/conditioning/embedding_log_kappa/block7", "watch/knn/teacher/extra", "train/amp_skipped_steps"])
+    "watch/cond/emb_log_kappa_attn+skip/block7", "watch/knn/teacher/extra", "train/amp_skipped_steps"])
 def test_the_rest_waits_behind_the_filter(tag):
     assert not re.match(HEADLINE, tag)
 
@@ -30,16 +31,27 @@ def test_the_address_carries_the_filter_and_no_smoothing():
     assert query == {"tagFilter": [HEADLINE], "smoothing": ["0"]}
 
 
-def test_main_prints_the_address_then_runs_tensorboard_on_the_same_folder_host_and_port(monkeypatch, capsys):
+def test_main_prints_the_address_then_runs_tensorboard_on_short_names_of_the_same_folder_host_and_port(
+        monkeypatch, capsys, tmp_path):
     import sys
 
     from tensorboard import main as tensorboard_main
+    from torch.utils.tensorboard import SummaryWriter
 
     from skipless.tensorboard_page import main
 
+    with SummaryWriter(str(tmp_path / "runs" / "demo" / "tb")) as w:
+        w.add_scalar("train/loss", 1.0, 0)
     seen = []
-    monkeypatch.setattr(tensorboard_main, "run_main", lambda: seen.append(list(sys.argv)))
+
+    def tensorboard():
+        view = Path(sys.argv[2])
+        seen.append((sys.argv[:2] + sys.argv[3:], [p.relative_to(view).parent.as_posix() for p in view.rglob("events*")],
+                     [p.resolve().parent for p in view.rglob("events*")]))
+
+    monkeypatch.setattr(tensorboard_main, "run_main", tensorboard)
     monkeypatch.setattr(sys, "argv", list(sys.argv))
-    assert main(["--logdir", "somewhere", "--host", "127.0.0.1", "--port", "6011"]) == 0
-    assert seen == [["tensorboard", "--logdir", "somewhere", "--host", "127.0.0.1", "--port", "6011"]]
+    assert main(["--logdir", str(tmp_path / "runs"), "--host", "127.0.0.1", "--port", "6011"]) == 0
+    assert seen == [(["tensorboard", "--logdir", "--host", "127.0.0.1", "--port", "6011"], ["demo"],
+                     [(tmp_path / "runs" / "demo" / "tb").resolve()])]
     assert first_page("127.0.0.1", 6011) in capsys.readouterr().out

@@ -13,14 +13,21 @@ that opens on the headline numbers only, unsmoothed:
 - each evaluation's number: the probe's ``probe/val_miou`` (every lr on one chart), k-NN's and linear's
   ``.../top1`` and ``.../val_top1``, TokenCut's ``.../best_corloc``.
 
-Clearing the filter box shows every tag again; the plain address stays TensorBoard's own page.
+Clearing the filter box shows every tag again; the plain address stays TensorBoard's own page. TensorBoard
+reads the runs through a folder of links with short names (``tensorboard_names.py``: ``<run>/probe-default/lr=0.01``
+rather than ``<run>/eval/tb/probe-default/lr=0.01``), kept in step with ``runs/`` while it runs.
 """
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from urllib.parse import urlencode
+
+from .tensorboard_names import ViewKeeper
 
 HEADLINE_TAGS = (r"train/loss", r"train/mean_patch_loss", r"val/(top1|loss)", r"watch/knn/[^/]+", r"probe/val_miou", r"[^/]+/top1",
                  r"[^/]+/[^/]+/val_top1", r"[^/]+/best_corloc")
@@ -45,8 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"  {first_page(args.host, args.port)}", flush=True)
     from tensorboard import main as tensorboard_main
 
-    sys.argv = ["tensorboard", "--logdir", args.logdir, "--host", args.host, "--port", str(args.port)]
-    tensorboard_main.run_main()
+    view = Path(tempfile.mkdtemp(prefix="skipless-tensorboard-"))
+    keeper = ViewKeeper(Path(args.logdir), view)
+    try:
+        sys.argv = ["tensorboard", "--logdir", str(view), "--host", args.host, "--port", str(args.port)]
+        tensorboard_main.run_main()
+    finally:
+        keeper.stop()
+        shutil.rmtree(view, ignore_errors=True)
     return 0
 
 

@@ -13,6 +13,11 @@ converging was drawn as if it were the value. Here:
 - a value Lanczos did not converge to (``max_iter`` or a time budget) is a lower bound on kappa
   (Cauchy interlacing, ``lanczos.py``): drawn under ``<name>/lower_bound``, never under ``<name>``.
 
+Names are shortened for TensorBoard, whose cards cut a long tag in its middle (issue 35:
+``watch/conditioning/embedding_log_k…/block7`` hid attention against MLP): the group is ``watch/cond/``
+(``GROUP``) and two prefixes are shorter (``TB_PREFIXES``: ``emb_log_kappa_attn+skip/block7``,
+``eff_rank_cls/block7``); ``diagnostics.jsonl`` and the reports keep the long names.
+
 The reason of each ∞ and the iterations and residuals of each bound are in ``diagnostics.jsonl``
 (``result_to_json``) and in the log line of the call.
 """
@@ -26,8 +31,18 @@ from .condition_number import Condition
 from .diagnostics import Diagnosis, named_values
 
 INFINITY_DRAWN = float(np.finfo(np.float32).max)
+GROUP = "watch/cond"  # the training's conditioning monitor writes its tags under it
+TB_PREFIXES = {"embedding_log_kappa_": "emb_log_kappa_", "effective_rank_": "eff_rank_"}
 LOWER_BOUND = "lower_bound"
 INFINITE = "infinite"
+
+
+def tensorboard_name(name: str) -> str:
+    """``named_values``'s name as TensorBoard shows it (``TB_PREFIXES``; module docstring)."""
+    for long, short in TB_PREFIXES.items():
+        if name.startswith(long):
+            return short + name[len(long):]
+    return name
 
 
 def _drawn(name: str, value: float | Condition) -> tuple[str, float]:
@@ -39,6 +54,6 @@ def _drawn(name: str, value: float | Condition) -> tuple[str, float]:
 
 def tensorboard_values(d: Diagnosis) -> dict[str, float]:
     """The scalars of ``d`` as TensorBoard draws them (module docstring), under the names of
-    ``diagnostics.named_values`` (``kappa_JJt``, ``kappa_attn/block4``, ...), ``<name>/infinite`` or
-    ``<name>/lower_bound``."""
-    return dict(_drawn(name, v) for name, v in named_values(d))
+    ``diagnostics.named_values`` shortened by ``tensorboard_name`` (``kappa_JJt``, ``kappa_attn/block4``,
+    ``emb_log_kappa_attn/block4``, ...), ``<name>/infinite`` or ``<name>/lower_bound``."""
+    return dict(_drawn(tensorboard_name(name), v) for name, v in named_values(d))

@@ -6,7 +6,7 @@ kappa(K_l K_l^T), so that the paper's Tables 5 and 6 (Ji et al., Appendix A.7, t
 ViT-S training") come out of a run as curves, with the embedding ln kappa (seeds/003, Fig. 1b) and
 the effective rank (seeds/002, Section 5) beside them. A solve running longer than 10 s prints a
 progress line (above Lightning's bar); ``diagnostics.budget_s`` bounds each call
-(``analysis/solve_budget.py``). TensorBoard: ``watch/conditioning/<quantity>``
+(``analysis/solve_budget.py``). TensorBoard: ``watch/cond/<quantity>``
 (one tag per block, at the global step; ∞ under ``<quantity>/infinite`` at float32's largest value,
 a bound under ``<quantity>/lower_bound``: ``analysis/tensorboard_values.py``); every call is also a line of
 ``<run>/diagnostics.jsonl``.
@@ -34,7 +34,7 @@ from tqdm import tqdm
 from ..analysis.block_signals import attention_signals, gradient_norms, parameter_snapshot, update_ratios
 from ..analysis.condition_number import unconverged_note
 from ..analysis.diagnostics import DiagnosticSettings, diagnose, result_to_json
-from ..analysis.tensorboard_values import tensorboard_values
+from ..analysis.tensorboard_values import GROUP as TB_GROUP, tensorboard_values
 from ..world import isolated_rng
 
 
@@ -68,7 +68,7 @@ class ConditioningMonitor(pl.Callback):
         with isolated_rng(pl_module.device):
             d = diagnose(_trained(pl_module), self._images.to(pl_module.device), self.settings,
                          report=lambda line: tqdm.write(f"conditioning, epoch {epoch}: {line}"))
-        _log(trainer, {f"watch/conditioning/{k}": v for k, v in tensorboard_values(d).items()})
+        _log(trainer, {f"{TB_GROUP}/{k}": v for k, v in tensorboard_values(d).items()})
         row = {"epoch": epoch, "step": trainer.global_step, **result_to_json(d)}
         self.history.append(row)
         with open(self.path, "a") as f:
