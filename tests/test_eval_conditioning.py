@@ -45,7 +45,7 @@ def test_matrix_free_values_match_the_dense_jacobians_and_the_report_has_every_b
     assert written["table"] == root / "runs" / "compare" / "conditioning.md"
     assert "| narrow |" in table and "| random |" in table and "Table 6" in table
     assert written["figure"].stat().st_size > 0
-    assert list((run_dir / "eval" / "tb").glob("events.out.tfevents.*"))
+    assert list((run_dir / "eval" / "tb" / "conditioning").glob("events.out.tfevents.*"))
 
 
 def test_the_jacobian_is_of_the_blocks_parameters_at_the_last_blocks_tokens(small_run):

@@ -12,7 +12,7 @@ checkpoint syntax, plus ``init:<model>`` for a model preset at initialisation), 
 
 Writes ``<run>/eval/conditioning.json`` per backbone (every number, with how each condition number
 was obtained: Lanczos iterations, residuals, convergence, and why a value is ∞), TensorBoard scalars
-against depth in ``<run>/eval/tb``, and ``runs/compare/conditioning.md`` (Table 5 and Table 6
+against depth in ``<run>/eval/tb/conditioning``, and ``runs/compare/conditioning.md`` (Table 5 and Table 6
 layouts, blocks x checkpoints) with ``runs/compare/conditioning.png`` (each quantity against depth,
 every checkpoint in one figure); with one backbone the table and figure go beside its JSON.
 Settings, backbones, blocks, image sizes and the dense check's size are all checked before any
@@ -135,7 +135,7 @@ def write_tensorboard(d: Diagnosis, folder: Path) -> None:
     """Per-block quantities against depth (step = block index); kappa(J J^T) at step 0. ∞ is drawn under
     ``<tag>/infinite`` at float32's largest value and a Lanczos bound under ``<tag>/lower_bound``, as during training
     (``skipless.analysis.tensorboard_values``)."""
-    with event_writer(folder) as writer:
+    with event_writer(folder, "conditioning") as writer:
         for name, value in tensorboard_values(d).items():
             tag, _, rest = name.partition("/block")
             block, _, bound = rest.partition("/")

@@ -15,7 +15,7 @@ are written from them.
 Writes ``<run>/eval/pca-blocks.png`` (images x blocks, Figure 8) per backbone and, with several
 backbones, ``runs/compare/pca-checkpoints-block<l>.png`` (images x backbones at one block,
 Figure 7), or ``<out>/<backbone>/`` and ``<out>/compare/`` with ``out=<folder>``; the same figures as
-TensorBoard images under ``tb/`` beside them. Other feature kinds and foreground masking add
+TensorBoard images under ``tb/<figure>/`` beside them. Other feature kinds and foreground masking add
 ``-<kind>`` and ``-masked`` to the names.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ def grid_figure(x: torch.Tensor, names: list[str], maps: list[list[np.ndarray]],
 def _save(fig, path: Path, tag: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
-    with event_writer(path.parent) as writer:
+    with event_writer(path.parent, path.stem) as writer:
         writer.add_figure(tag, fig, 0)  # closes the figure
     return path
 
