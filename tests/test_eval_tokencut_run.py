@@ -102,7 +102,7 @@ def test_pca_writes_block_and_checkpoint_grids(setup):
     written = pca.run(pca.load_config("pca", argv + [f"images={folder}"]))
     assert written["blocks"]["tiny"] == run / "eval" / "pca-blocks.png" and written["blocks"]["tiny"].is_file()
     assert written["checkpoints"].name == "pca-checkpoints-block1.png" and written["checkpoints"].is_file()
-    assert list((run / "eval" / "tb").glob("events.out.tfevents.*"))
+    assert list((run / "eval" / "tb" / "pca-blocks").glob("events.out.tfevents.*"))  # make tensorboard: <run>/pca-blocks
     written = pca.run(pca.load_config("pca", argv + [f"roots.default={data}", "feature=k", "foreground_threshold=0.5",
                                                      f"ckpt={run}"]))
     assert written["blocks"]["tiny"].name == "pca-k-masked-blocks.png" and written["checkpoints"] is None
