@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, Dataset
 from skipless.config import load_config
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino.module import DINO
-from skipless.ssl.dino.multicrop import collate_multicrop
+from skipless.ssl.dino.self_distillation import collate_multicrop
 from skipless.training.precision import plugin_for
 
 from .flops import dino_step_flops, utilisation

@@ -59,7 +59,7 @@ from skipless.config import load_config
 from skipless.models.vit import ARCHS
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino.module import DINO
-from skipless.ssl.dino.multicrop import collate_multicrop
+from skipless.ssl.dino.self_distillation import collate_multicrop
 from skipless.training.precision import cpu_has_native_bf16, plugin_for
 
 from .table import markdown_table

@@ -17,7 +17,7 @@ from skipless.config import load_config
 from skipless.models import create_vit, use_explicit_attention
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino.module import DINO
-from skipless.ssl.dino.multicrop import collate_multicrop
+from skipless.ssl.dino.self_distillation import collate_multicrop
 
 TINY = ["model.arch=vit_tiny", "model.depth=2", "dino.out_dim=32", "dino.hidden_dim=32",
         "dino.bottleneck_dim=16", "dino.global_crop_size=32", "dino.local_crop_size=16",

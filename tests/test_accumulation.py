@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-import skipless.ssl.mae.model as mae_model
+import skipless.ssl.mae.autoencoder as mae_model
 from skipless import pretrain as pretrain_entry
 from skipless import train as train_entry
 from skipless.config import ConfigError, load_config

@@ -103,3 +103,26 @@ def test_the_import_scan_sees_relative_and_absolute_imports(tmp_path):
 
 def test_no_utils_dumping_ground():
     assert not [p for p in ROOT.glob("**/utils.py") if ".venv" not in p.parts]
+
+
+# Each method in one sitting (issue 36): the paper's mathematics in one plain module per method, the
+# LightningModule with its registration in another, its rules in a third (MAE's decoder its own file).
+METHOD_FILES = {"dino": {"__init__.py", "self_distillation.py", "module.py", "schema.py"},
+                "mae": {"__init__.py", "autoencoder.py", "decoder.py", "module.py", "schema.py"}}
+PLAIN = ("dino/self_distillation.py", "mae/autoencoder.py", "mae/decoder.py")
+
+
+def test_each_method_is_its_math_its_module_and_its_rules():
+    ssl = ROOT / "src" / "skipless" / "ssl"
+    for method, files in METHOD_FILES.items():
+        assert {p.name for p in (ssl / method).glob("*.py")} == files, method
+
+
+def test_a_methods_math_needs_no_lightning_no_training_loop_and_no_config_rules():
+    ssl = ROOT / "src" / "skipless" / "ssl"
+    for name in PLAIN:
+        imported = _imports(ssl / name)
+        banned = [m for m in imported if m.startswith(("lightning", "skipless.training", "skipless.optim",
+                                                       "skipless.ssl.method", "skipless.config"))
+                  or m.endswith((".module", ".schema"))]
+        assert not banned, f"{name} imports {banned}"

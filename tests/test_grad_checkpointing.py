@@ -13,7 +13,7 @@ from skipless.models.block import RESIDUAL_MODES
 from skipless.models.vit import create_vit
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino.module import DINO
-from skipless.ssl.mae.model import MaskedAutoencoder
+from skipless.ssl.mae.autoencoder import MaskedAutoencoder
 from skipless.ssl.mae.module import MAE
 from skipless.summary import pretrain_header
 from skipless.supervised.classifier import Supervised

@@ -2,7 +2,7 @@
 import numpy as np
 import torch
 
-from skipless.ssl.mae.loss import masked_mse, mean_patch_baseline, reconstruction_target
+from skipless.ssl.mae.autoencoder import masked_mse, mean_patch_baseline, reconstruction_target
 
 P = 8
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from skipless.errors import ModelArgumentError
-from skipless.ssl.mae.masking import random_masking, visible_count
+from skipless.ssl.mae.autoencoder import random_masking, visible_count
 
 
 def _tokens(B, N, C=3):

@@ -6,9 +6,9 @@ import torch
 from skipless.errors import ModelArgumentError
 from skipless.models.sincos import sincos_2d
 from skipless.models.vit import create_vit
-from skipless.ssl.mae.loss import masked_mse
-from skipless.ssl.mae.model import MaskedAutoencoder
-from skipless.ssl.mae.skips import mirror_skip_pairs
+from skipless.ssl.mae.autoencoder import masked_mse
+from skipless.ssl.mae.autoencoder import MaskedAutoencoder
+from skipless.ssl.mae.decoder import mirror_skip_pairs
 
 DEPTH, DEC_DEPTH = 4, 2
 

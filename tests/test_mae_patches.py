@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from skipless.errors import ModelArgumentError
-from skipless.ssl.mae.patches import normalized_target, patchify, unpatchify
+from skipless.ssl.mae.autoencoder import normalized_target, patchify, unpatchify
 
 
 def test_patchify_layout_matches_a_loop_over_rows_cols_py_px_channel():

@@ -4,11 +4,11 @@ import torch
 
 from skipless.data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from skipless.models.vit import create_vit
-from skipless.ssl.mae.loss import reconstruction_target
-from skipless.ssl.mae.masking import random_masking
-from skipless.ssl.mae.model import MaskedAutoencoder
-from skipless.ssl.mae.patches import patchify, unpatchify
-from skipless.ssl.mae.reconstruction import GREY, reconstruction_panel, reconstruction_rows
+from skipless.ssl.mae.autoencoder import reconstruction_target
+from skipless.ssl.mae.autoencoder import random_masking
+from skipless.ssl.mae.autoencoder import MaskedAutoencoder
+from skipless.ssl.mae.autoencoder import patchify, unpatchify
+from skipless.ssl.mae.module import GREY, reconstruction_panel, reconstruction_rows
 
 P = 8
 MEAN = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)

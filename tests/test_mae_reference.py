@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from skipless.models import create_vit
-from skipless.ssl.mae.model import MaskedAutoencoder
+from skipless.ssl.mae.autoencoder import MaskedAutoencoder
 
 P, SIZE, RATIO = 8, 32, 0.75
 

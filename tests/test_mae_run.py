@@ -15,7 +15,7 @@ from skipless.config import load_config
 from skipless.models import load_backbone
 from skipless.pretrain import main, pretrain, run_dir_of
 from skipless.ssl import method_of
-from skipless.ssl.mae.skips import mirror_skip_pairs
+from skipless.ssl.mae.decoder import mirror_skip_pairs
 from skipless.summary import pretrain_header
 from tiny_runs import Losses
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from skipless.errors import ModelArgumentError
-from skipless.ssl.mae.masking import random_masking
-from skipless.ssl.mae.skips import EncoderSkip, check_skip_pairs, mirror_skip_pairs
+from skipless.ssl.mae.autoencoder import random_masking
+from skipless.ssl.mae.decoder import EncoderSkip, check_skip_pairs, mirror_skip_pairs
 
 
 def test_mirror_pairs_vit_b_and_decoder_8():

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from skipless.ssl.dino.loss import DINOLoss
+from skipless.ssl.dino.self_distillation import DINOLoss
 
 STEPS, BATCH, K = 3, 8, 16
 

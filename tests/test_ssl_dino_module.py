@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from skipless.config import load_config
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino.module import DINO, MultiCropNet, clip_gradients_per_parameter, param_groups
-from skipless.ssl.dino.multicrop import collate_multicrop
+from skipless.ssl.dino.self_distillation import collate_multicrop
 from skipless.models import create_vit
 
 TINY = ["model.arch=vit_tiny", "model.depth=2", "dino.out_dim=32", "dino.hidden_dim=32",

@@ -1,7 +1,7 @@
 """DINO head: weight normalisation of the last layer, L2 bottleneck, frozen gain."""
 import torch
 
-from skipless.ssl.dino.head import DINOHead
+from skipless.ssl.dino.self_distillation import DINOHead
 
 
 def test_last_layer_rows_have_unit_norm_with_a_frozen_gain():
@@ -31,7 +31,7 @@ def test_gain_trains_when_not_normalised():
 def test_last_layer_keeps_nn_linears_default_init_as_dino_does():
     """DINO builds the weight-normed last layer after its trunc-normal init has run, so it keeps
     nn.Linear's default: the same draw as nn.Linear(bias=False) from the same seed."""
-    from skipless.ssl.dino.head import WeightNormLinear
+    from skipless.ssl.dino.self_distillation import WeightNormLinear
 
     torch.manual_seed(0)
     ours = WeightNormLinear(256, 1024, fix_gain=True).weight_v

@@ -3,7 +3,7 @@ import math
 
 import torch
 
-from skipless.ssl.dino.loss import DINOLoss
+from skipless.ssl.dino.self_distillation import DINOLoss
 
 
 def direct_dino_loss(student, teacher, center, n_views, batch, t_s, t_t):

@@ -1,4 +1,4 @@
-"""Collapse detection (``training/collapse.py``, DINO's rule in ``ssl/dino/collapse.py``): the rules against constructed values and the real
+"""Collapse detection (``training/collapse.py``, DINO's rule in ``ssl/dino/module.py``): the rules against constructed values and the real
 losses, and tiny runs forced to collapse (flagged in the log once, in TensorBoard, in ``summary.json``
 and in the checkpoint) beside healthy ones (not flagged)."""
 import json
@@ -13,11 +13,11 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from skipless.config import load_config
 from skipless.pretrain import pretrain
 from skipless.pretrain import run_dir_of as pretrain_dir
-from skipless.ssl.dino.loss import DINOLoss
+from skipless.ssl.dino.self_distillation import DINOLoss
 from skipless.train import run_dir_of as train_dir
 from skipless.train import train
-from skipless.ssl.dino import collapse
-from skipless.ssl.dino.collapse import DINOCollapse, dino_collapse
+from skipless.ssl.dino import module as dino_module
+from skipless.ssl.dino.module import DINOCollapse, dino_collapse
 from skipless.training.collapse import ClassCounts, label_entropy, supervised_collapse
 from tiny_runs import DINO_TINY, SUP_TINY
 
@@ -28,14 +28,14 @@ K = 1024
 def test_dino_uniform_teacher_is_entropy_at_log_k_whatever_the_kl():
     top = math.log(K)
     assert "uniform" in dino_collapse(top, 2.0, K)
-    assert "uniform" in dino_collapse(collapse.UNIFORM_FRACTION * top, 2.0, K)
+    assert "uniform" in dino_collapse(dino_module.UNIFORM_FRACTION * top, 2.0, K)
     assert dino_collapse(0.97 * top, 2.0, K) is None  # a teacher at init with T_t 0.04 sits near 90%
 
 
 def test_dino_constant_output_is_kl_near_zero_named_by_the_entropy():
     top = math.log(K)
     assert "one prototype" in dino_collapse(0.01, 0.01, K)
-    assert "going to uniform" in dino_collapse(0.9 * top, collapse.KL_FLOOR, K)
+    assert "going to uniform" in dino_collapse(0.9 * top, dino_module.KL_FLOOR, K)
     # a healthy demo run (docs/results.md): entropy 2.1-5.1, KL 3.0 -> 0.66
     assert dino_collapse(3.0, 0.66, K) is None
     # a sharp teacher alone is no collapse: the student still has to match it (KL well above 0)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..config import ConfigError
-from .dino.method import METHOD as DINO_METHOD
-from .mae.method import METHOD as MAE_METHOD
+from .dino.module import METHOD as DINO_METHOD
+from .mae.module import METHOD as MAE_METHOD
 from .method import Method
 
 METHODS: dict[str, Method] = {m.name: m for m in (DINO_METHOD, MAE_METHOD)}

@@ -1,7 +1,7 @@
 """What a finished training found, in the lines printed just before its ``done:`` line, each on its own:
 the k-NN of the exported backbone against a random init of the same architecture (``KNNMonitor``), MAE's
 loss against the loss of predicting each masked patch as its own mean colour (``train/mean_patch_loss``,
-``ssl/mae/loss.py``), a supervised run's last validation (``last_val``). Read from what the run already
+``ssl/mae/autoencoder.py``), a supervised run's last validation (``last_val``). Read from what the run already
 measured; nothing is computed again."""
 from __future__ import annotations
 

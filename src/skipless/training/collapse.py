@@ -8,7 +8,7 @@ collapses, and again if it recovers), in TensorBoard (``watch/health/collapsed``
 beside the rule's quantities under ``watch/health/``) and in ``summary.json`` (``collapsed``: the reason at
 the last check, or null), which ``make paper`` marks beside the run's numbers.
 
-DINO's rule is DINO's (``ssl/dino/collapse.py``), on the ``CollapseMonitor`` of this module.
+DINO's rule is DINO's (``ssl/dino/module.py``), on the ``CollapseMonitor`` of this module.
 
 Supervised: at each validation once the warm-up is over (before the lr reaches its peak a classifier
 near chance is starting, not collapsed: the paper's recipe warms up for 50 epochs),

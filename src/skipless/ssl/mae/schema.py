@@ -15,7 +15,7 @@ from ...config import CONFIG_DIR
 from ...config_rules import Rule, is_int, number, optional
 from ...models.vit import ARCHS
 from ...training.schema import BOOL, COUNT, CROP_SCALE, POSITIVE_INT, tiles_patches
-from .skips import check_skip_pairs
+from .decoder import check_skip_pairs
 
 PAIRS = Rule(lambda v: isinstance(v, (list, tuple)) and all(
     isinstance(p, (list, tuple)) and len(p) == 2 and all(is_int(i) for i in p) for p in v),
