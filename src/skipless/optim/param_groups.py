@@ -19,7 +19,8 @@ def param_groups(module: nn.Module) -> list[dict]:
 
 def set_step_values(optimizer, lr: float, weight_decay: float) -> None:
     """This step's values from the schedules: ``lr`` on every group, ``weight_decay`` on the ``decay`` group
-    only (``param_groups``: biases and 1-D parameters stay at 0). Every training module calls it first."""
+    only (``param_groups``: biases and 1-D parameters stay at 0). ``training/step_start.py`` calls it at
+    the start of every training module's step."""
     for group in optimizer.param_groups:
         group["lr"] = lr
         if group["name"] == "decay":

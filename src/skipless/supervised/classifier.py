@@ -31,12 +31,13 @@ from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
 from ..models.vit import create_vit
 from ..optim import optimizer_from_config
-from ..optim.param_groups import param_groups, set_step_values
+from ..optim.param_groups import param_groups
 from ..optim.schedules import cosine_schedule
 from ..step_scalars import device_scalars
 from ..summary import peak_lr
 from ..training.collapse import ClassCounts
 from ..training.micro_batches import micro_steps
+from ..training.step_start import start_step
 from .augment import batch_mixer
 
 
@@ -96,17 +97,13 @@ class Supervised(pl.LightningModule):
         return optimizer_from_config(o, param_groups(self), lr=float(self.schedules["lr"][0]))
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        step = self.global_step
-        i = min(step, len(self.schedules["lr"]) - 1)
-        lr, wd = float(self.schedules["lr"][i]), float(self.schedules["wd"][i])
-        opt = self.optimizers()
-        set_step_values(opt, lr, wd)
+        step, values, opt = start_step(self)
+        lr, wd = values["lr"], values["wd"]
 
         images, labels = batch
         # mixed as one batch (smoothed, mixed one-hot targets), then cut into micro-batches
         mixed = self.mixer(images, labels) if self.mixer is not None else None
         parts = micro_steps(self, batch if mixed is None else mixed, int(self.cfg.train.batch_size_per_device))
-        opt.zero_grad(set_to_none=True)
         loss, top1 = 0.0, 0.0
         for part, weight in parts:
             logits = self(part[0]).float()

@@ -66,12 +66,13 @@ from ...divergence import stop_if_diverged
 from ...full_precision import full_precision
 from ...models.compile import compile_in_place
 from ...optim import optimizer_from_config
-from ...optim.param_groups import clip_gradients_per_parameter, param_groups, set_step_values
+from ...optim.param_groups import clip_gradients_per_parameter, param_groups
 from ...optim.schedules import cosine_schedule, linear_then_constant
 from ...step_scalars import device_scalars
 from ...summary import number_text, peak_lr
 from ...training.collapse import CollapseMonitor
 from ...training.micro_batches import micro_steps
+from ...training.step_start import start_step
 from ...training.trainer import refuse_unsynced_batchnorm
 from ..method import Method
 from .schema import RELATIONS, RULES
@@ -177,15 +178,11 @@ class DINO(pl.LightningModule):
         return optimizer_from_config(o, param_groups(self.student), lr=float(self.schedules["lr"][0]))
 
     def training_step(self, crops: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        step, epoch = self.global_step, self.current_epoch
-        i = min(step, len(self.schedules["lr"]) - 1)
-        lr, wd, momentum, temp = (float(self.schedules[k][i]) for k in ("lr", "wd", "momentum", "teacher_temp"))
-        opt = self.optimizers()
-        set_step_values(opt, lr, wd)
-
+        step, values, opt = start_step(self)
+        epoch = self.current_epoch
+        lr, wd, momentum, temp = (values[k] for k in ("lr", "wd", "momentum", "teacher_temp"))
         if step == 0 and self.global_rank == 0:
             self._log_crops(crops)
-        opt.zero_grad(set_to_none=True)
         loss = entropy = 0.0
         teacher_outs = []  # of every micro-batch, for the center (one mean over them all)
         for part, weight in micro_steps(self, crops, int(self.cfg.train.batch_size_per_device)):

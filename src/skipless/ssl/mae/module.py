@@ -78,12 +78,13 @@ from ...models.compile import compile_in_place
 from ...models.decay import DEFAULT_ALPHA_MIN
 from ...models.vit import ARCHS
 from ...optim import optimizer_from_config
-from ...optim.param_groups import clip_gradients_per_parameter, param_groups, set_step_values
+from ...optim.param_groups import clip_gradients_per_parameter, param_groups
 from ...optim.schedules import cosine_schedule
 from ...step_scalars import device_scalars
 from ...summary import number_text, peak_lr
 from ...training.data import diagnostic_images
 from ...training.micro_batches import micro_steps
+from ...training.step_start import start_step
 from ..method import Method
 from .autoencoder import MaskedAutoencoder, mean_patch_baseline, normalized_target, patchify, unpatchify, view_from_config
 from .decoder import mirror_skip_pairs
@@ -151,13 +152,8 @@ class MAE(pl.LightningModule):
         return optimizer_from_config(o, param_groups(self.net), lr=float(self.schedules["lr"][0]))
 
     def training_step(self, images: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        step = self.global_step
-        i = min(step, len(self.schedules["lr"]) - 1)
-        lr, wd = float(self.schedules["lr"][i]), float(self.schedules["wd"][i])
-        opt = self.optimizers()
-        set_step_values(opt, lr, wd)
-
-        opt.zero_grad(set_to_none=True)
+        step, values, opt = start_step(self)
+        lr, wd = values["lr"], values["wd"]
         loss, masks = 0.0, []
         for part, weight in micro_steps(self, images, int(self.cfg.train.batch_size_per_device)):
             part_loss, _, mask = self.net(part)

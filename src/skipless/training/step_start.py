@@ -1,0 +1,40 @@
+"""The start of every optimizer step of the suite's training modules (DINO, MAE, the supervised classifier),
+written once: each module owns a dict of per-step schedules (``schedules``: ``lr`` and ``wd``, DINO's
+``momentum`` and ``teacher_temp`` too, ``optim/schedules.py``) and trains with manual optimisation, so each
+step begins the same way:
+
+1. the optimizer step is Lightning's ``global_step`` (it counts optimizer steps, so a step that accumulates
+   ``k`` micro-batches, ``training/micro_batches.py``, moves the schedules once);
+2. every schedule is read at that step, the last value past its end (a run resumed with more epochs than its
+   schedules were built for keeps the final values rather than failing);
+3. the lr goes to every parameter group of the optimizer and the weight decay to the weights' group only
+   (``optim.param_groups.set_step_values``: biases and 1-D parameters stay at 0);
+4. the gradients are zeroed (``set_to_none``), so the micro-batches' backward passes that follow add up.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from ..optim.param_groups import set_step_values
+
+
+class StepStart(NamedTuple):
+    step: int                   # the optimizer step (``global_step``)
+    values: dict[str, float]    # each schedule's value at it
+    optimizer: Any              # Lightning's wrapped optimizer, lr and weight decay set, gradients zeroed
+
+
+def schedule_values(schedules: Mapping[str, Sequence[float]], step: int) -> dict[str, float]:
+    """Each schedule at ``step``, or its last value past its end."""
+    return {name: float(values[min(step, len(values) - 1)]) for name, values in schedules.items()}
+
+
+def start_step(module: Any) -> StepStart:
+    """Steps 1-4 of the module docstring for a LightningModule with ``schedules`` and one optimizer."""
+    step = int(module.global_step)
+    values = schedule_values(module.schedules, step)
+    optimizer = module.optimizers()
+    set_step_values(optimizer, values["lr"], values["wd"])
+    optimizer.zero_grad(set_to_none=True)
+    return StepStart(step, values, optimizer)
