@@ -186,13 +186,53 @@ def pretrain_keys() -> dict:
     return base
 
 
-def test_ssl_groups_set_the_method_and_only_its_own_section():
+def _recipe_keys() -> set[str]:
+    """The keys pretrain.yaml leaves to the method (``???``): its recipe values."""
+    base = OmegaConf.load(CONFIG_DIR / "pretrain.yaml")
+    base.pop("defaults")
+    return set(OmegaConf.missing_keys(base)) - {"optim.name", "model.name", "model.residual"}
+
+
+def test_the_shared_defaults_leave_every_recipe_value_to_the_method():
+    assert _recipe_keys() == {"optim.lr", "optim.min_lr", "optim.warmup_epochs", "optim.weight_decay",
+                              "optim.weight_decay_end", "optim.clip_grad", "optim.betas", "train.epochs",
+                              "train.batch_size_per_device", "train.export_epochs"}
+
+
+def test_ssl_groups_set_the_method_its_own_section_and_recipe_values_only():
     files = sorted((CONFIG_DIR / "ssl").glob("*.yaml"))
     assert "dino" in [p.stem for p in files]
+    recipe = _recipe_keys()
     for path in files:
         keys = flat(OmegaConf.load(path))
         assert keys["ssl"] == path.stem, path.name
-        assert all(k == "ssl" or k.startswith(f"{path.stem}.") for k in keys), (path.name, sorted(keys))
+        assert all(k == "ssl" or k.startswith(f"{path.stem}.") or k in recipe for k in keys), (path.name, sorted(keys))
+
+
+# The recipes written for each method: each states (with its ssl/ file) every recipe value.
+METHOD_RECIPES = {"dino": ["demo", "paper", "paper-dino300"], "mae": ["mae-demo", "mae-paper"]}
+
+
+@pytest.mark.parametrize("ssl, recipe", [(m, r) for m, rs in METHOD_RECIPES.items() for r in rs])
+def test_every_method_states_every_recipe_value_for_each_of_its_recipes(ssl, recipe):
+    cfg = load_config("pretrain", [f"ssl={ssl}", f"recipe={recipe}", "data=imagenet", "optim=soap"])
+    assert not OmegaConf.missing_keys(cfg)
+    assert {k for k in _recipe_keys()} <= set(flat(cfg))
+
+
+def test_a_method_missing_a_recipe_value_is_one_sentence_naming_the_key(tmp_path):
+    import shutil
+    shutil.copytree(CONFIG_DIR, tmp_path / "configs")
+    dino = tmp_path / "configs" / "ssl" / "dino.yaml"
+    text = dino.read_text()
+    assert "  warmup_epochs: 10\n" in text
+    dino.write_text(text.replace("  warmup_epochs: 10\n", ""))
+    with pytest.raises(ConfigError) as err:
+        load_config("pretrain", ["data=imagenet"], config_dir=tmp_path / "configs")
+    assert "optim.warmup_epochs" in str(err.value) and "\n" not in str(err.value)
+    # an MAE run on DINO's paper recipe no longer trains with DINO's optimizer values: refused the same way
+    with pytest.raises(ConfigError, match=r"ssl=mae .*recipe=paper\) leaves optim\.betas, .*optim\.lr, "):
+        load_config("pretrain", ["ssl=mae", "recipe=paper", "data=imagenet"])
 
 
 def test_recipes_set_no_data_or_run_keys_and_only_keys_pretrain_yaml_has():
@@ -206,9 +246,14 @@ def test_recipes_set_no_data_or_run_keys_and_only_keys_pretrain_yaml_has():
 def test_no_group_file_restates_a_value_of_pretrain_yaml():
     """Every default is written once: a group file sets a key only to change it."""
     base = pretrain_keys()
+    shared = flat(OmegaConf.load(CONFIG_DIR / "pretrain.yaml"))
     for group in ("model", "optim", "data", "recipe"):
         for path in sorted((CONFIG_DIR / group).glob("*.yaml")):
-            restated = {k: v for k, v in flat(OmegaConf.load(path)).items() if k in base and base[k] == v}
+            keys = flat(OmegaConf.load(path))
+            # a recipe is compared with the defaults of its own method (another method's values are not its)
+            method = next((m for m, rs in METHOD_RECIPES.items() if path.stem in rs), None) if group == "recipe" else None
+            against = base if method is None else {**shared, **flat(OmegaConf.load(CONFIG_DIR / "ssl" / f"{method}.yaml"))}
+            restated = {k: v for k, v in keys.items() if k in against and against[k] == v}
             assert not restated, f"{group}/{path.name} restates {restated}"
     for key in ("model.init_args.alpha", "model.alpha_min", "model.lr.adamw", "model.lr.soap",
                 "model.drop_path_rate", "model.init"):

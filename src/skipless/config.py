@@ -116,9 +116,12 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
         OmegaConf.resolve(cfg)
     except OmegaConfBaseException as err:
         raise ConfigError(f"config of {entry} does not resolve: {err}") from err
-    missing = [k for k in _leaf_keys(cfg) if OmegaConf.is_missing(cfg, k)]
+    missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
-        raise ConfigError(f"config of {entry} leaves required keys unset: {', '.join(missing)}")
+        made = " ".join(f"{g}={c}" for g, c in chosen.items())
+        raise ConfigError(f"config of {entry} ({made}) leaves {', '.join(missing)} unset; expected "
+                          f"{'it' if len(missing) == 1 else 'them'} from the chosen groups (a method states its "
+                          f"own recipe values: configs/ssl/<method>.yaml and its recipe/ files) or as key=value")
     return cfg
 
 
