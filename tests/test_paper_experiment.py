@@ -1,5 +1,5 @@
 """``make paper``: the experiment files, the jobs they mean at each scale, their reference numbers
-against the README's, and one sentence for every file or setting that cannot run."""
+against the docs' (docs/paper.md, docs/evaluators.md), and one sentence for every file or setting that cannot run."""
 import re
 from pathlib import Path
 
@@ -11,7 +11,8 @@ from paper.experiment import ExperimentError, known_experiments, load_experiment
 from paper.jobs import plan
 from skipless.config import load_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = (DOCS / "paper.md", DOCS / "evaluators.md")  # the papers' numbers beside the commands
 
 
 @pytest.mark.parametrize("name", known_experiments())
@@ -58,8 +59,8 @@ def test_table2_at_demo_scale_is_the_cpu_demo_on_the_default_and_at_full_scale_t
 
 
 def _readme_rows(title_regex: str) -> dict[str, list[float]]:
-    """The rows of the first README table after a line matching ``title_regex``: label -> numbers."""
-    lines = README.read_text().splitlines()
+    """The rows of the first table of the docs' pages after a line matching ``title_regex``: label -> numbers."""
+    lines = "\n".join(page.read_text() for page in PAGES).splitlines()
     start = next(i for i, l in enumerate(lines) if re.search(title_regex, l))
     rows, inside = {}, False
     for line in lines[start:]:
@@ -76,7 +77,7 @@ def _readme_rows(title_regex: str) -> dict[str, list[float]]:
 
 def test_table2_reference_numbers_are_the_readmes():
     readme = _readme_rows(r"^The paper.s numbers \(DINO ViT-S/16, 300 epochs")
-    # the README's columns per dataset: skip 300, skipless 300, skipless 200 (tests/test_paper_seed000.py)
+    # the docs' (docs/paper.md, docs/evaluators.md) columns per dataset: skip 300, skipless 300, skipless 200 (tests/test_paper_seed000.py)
     readme = {row: [v for i, v in enumerate(values) if i % 3 != 2] for row, values in readme.items()}
     ours = {}
     report = next(r for r in load_experiment("table2").report if r["evaluation"] == "probe")

@@ -1,6 +1,6 @@
 """The MAE experiments of seed 002 (``configs/experiments/mae-*.yaml``): at full scale the seed's matrix on
 ImageNet-100 / ImageNet-1k with its recipe and probe, at demo scale a few cells of the MAE CPU demo; one
-training per config across them; their reference numbers are the README's."""
+training per config across them; their reference numbers are the docs' (docs/paper.md, docs/evaluators.md)."""
 import re
 from pathlib import Path
 
@@ -11,7 +11,8 @@ from paper.experiment import load_experiment
 from paper.jobs import plan
 from skipless.config import load_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = (DOCS / "paper.md", DOCS / "evaluators.md")  # the papers' numbers beside the commands
 MAE = ("mae-table2", "mae-table3", "mae-table4", "mae-figure3", "mae-figure5", "mae-zero-init", "mae-figure2")
 
 
@@ -131,8 +132,8 @@ def test_figure5_reads_several_checkpoints_and_the_runs_rank_files(tmp_path):
 
 
 def _readme_table(title_regex: str) -> dict[str, list]:
-    """label -> the numbers of the first README table after a line matching ``title_regex`` ("-": None)."""
-    lines = README.read_text().splitlines()
+    """label -> the numbers of the first table of the docs' pages after a line matching ``title_regex`` ("-": None)."""
+    lines = "\n".join(page.read_text() for page in PAGES).splitlines()
     start = next(i for i, l in enumerate(lines) if re.search(title_regex, l))
     rows, inside = {}, False
     for line in lines[start + 1:]:

@@ -17,7 +17,8 @@ from skipless.analysis.condition_number import NUMERICALLY_ZERO, Condition, infi
 from skipless.analysis.diagnostics import Diagnosis, result_to_json
 from skipless.config import load_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = (DOCS / "paper.md", DOCS / "evaluators.md")  # the papers' numbers beside the commands
 EXPORTS_UP_TO_300 = [20, 60, 100, 120, 180, 200, 240, 300]
 
 
@@ -83,9 +84,9 @@ def test_table2_at_full_scale_draws_pca_on_the_probes_voc12_photos_and_reads_eac
 
 
 def _readme_rows(title_regex: str) -> dict[str, list[float | None]]:
-    """The rows of the first README table after a line matching ``title_regex``: label -> its cells from
+    """The rows of the first table of the docs' pages after a line matching ``title_regex``: label -> its cells from
     the third on (numbers, None where empty)."""
-    lines = README.read_text().splitlines()
+    lines = "\n".join(page.read_text() for page in PAGES).splitlines()
     start = next(i for i, l in enumerate(lines) if re.search(title_regex, l))
     rows = {}
     for line in lines[start + 1:]:
@@ -112,7 +113,7 @@ def test_depth_is_tables_3_and_4_with_the_papers_numbers_at_the_epoch_each_comes
                                                                               table2["skipless", "adamw"])
     assert {j.labels["epoch"] for j in jobs if j.kind == "eval"} == {"200", "300"}
     assert all(_cfg(j).multiscale == 1 for j in jobs if j.evaluation == "probe")
-    # the reference blocks against the README's table (seeds/000 Tables 3-4) and Table 2 / Figure 3's cells
+    # the reference blocks against the docs' (docs/paper.md, docs/evaluators.md) table (seeds/000 Tables 3-4) and Table 2 / Figure 3's cells
     readme = _readme_rows(r"^Tables 3 and 4 \(Appendix A.2")
     table3, table4 = (item["reference"] for item in load_experiment("depth").report)
     assert (table3["epoch"], table4["epoch"], list(table3["epochs"]), list(table4["epochs"])) == (200, 200, ["300"], ["300"])
@@ -137,9 +138,9 @@ def test_table2s_200_epoch_reference_cells_are_the_readmes():
                       ("soap/1", "SOAP multiscale")):
         at300, at200 = ref["rows"][row], ref["epochs"]["200"]["rows"][row]
         assert at200[0::2] == [None] * 3  # the paper evaluates skip at 300 only
-        # README columns: skip 300, skipless 300, skipless 200, per dataset
+        # the docs' columns: skip 300, skipless 300, skipless 200, per dataset
         assert [v for i in range(3) for v in (at300[2 * i], at300[2 * i + 1], at200[2 * i + 1])] == [
-            float(v) for v in README.read_text().split(f"| {name} | ")[1].split(" | `")[0].split(" | ")]
+            float(v) for v in "\n".join(page.read_text() for page in PAGES).split(f"| {name} | ")[1].split(" | `")[0].split(" | ")]
 
 
 # ---- the report from results laid out by hand -----------------------------------------------------------

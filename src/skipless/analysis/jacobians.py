@@ -1,6 +1,6 @@
 """Condition numbers of the network Jacobian ``kappa(J J^T)`` and of the sub-block kernels ``kappa(K K^T)``.
 
-Ji et al., "Cutting the Skip" (Section 4, Eqs. 6-7; Appendix A.7, Tables 5 and 6):
+Ji et al., "Cutting the Skip" (Section 4: F in Eq. 5, the bound in Eq. 6, K in Eq. 7; Appendix A.7, Tables 5 and 6):
 
 * ``J = dF/dtheta`` where ``F`` stacks the output tokens of the last block for ``m`` images and
   ``theta`` is every parameter of the blocks (LayerNorms, attention, MLP, LayerScale). The paper's

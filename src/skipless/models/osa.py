@@ -19,8 +19,8 @@ the memory O(N d_v) (Appendix B). ``basis`` chooses ``B``:
   gave an input gradient of about 2e7 against about 1 with Newton-Schulz (tests). A ViT-S head needs
   2 d_v = 128 independent tokens, which an image with large uniform regions may not have.
 * ``newton-schulz``: ``ns_steps`` iterations ``M_{k+1} = M_k (3 I - M_k^T M_k) / 2`` from
-  ``M_0 = M / (||M||_F + eps)`` (Eq. 9), converging to the polar factor of ``M``. Each singular value
-  of ``M_0`` follows ``s -> (3 s - s^3) / 2``, which grows a small ``s`` by only 1.5x per step, and the
+  ``M_0 = M / (||M||_F + eps)`` (Eq. 9 writes ``M_0 = M``; the text after it normalises), converging to
+  the polar factor of ``M``. Each singular value of ``M_0`` follows ``s -> (3 s - s^3) / 2``, which grows a small ``s`` by only 1.5x per step, and the
   Frobenius normalisation puts even a perfectly conditioned ``M`` at ``s = 1 / sqrt(2 d_v)``: the
   paper's K = 6 converges for its d_v = 16 (s6 = 0.987) but not for ViT-S's d_v = 64 (s6 = 0.79,
   so ``B^T S B`` is scaled by about 0.6); ``tests/test_models_osa.py`` and ``make bench`` (section
