@@ -6,7 +6,7 @@ import torch
 
 from skipless.config import load_config
 from skipless.summary import peak_lr
-from skipless.training import precision, trainer
+from skipless.training import precision, run_plan, trainer
 from skipless.world import world_size
 
 
@@ -47,7 +47,7 @@ def test_the_cpu_never_gets_fp16_by_auto_nor_gpus_fp32(monkeypatch):
 @pytest.mark.parametrize("devices,nodes,expected", [(1, 1, "auto"), (2, 1, "ddp"), (1, 2, "ddp")])
 def test_auto_strategy_is_ddp_with_more_than_one_process(devices, nodes, expected):
     cfg = load_config("train", [f"train.devices={devices}", f"train.num_nodes={nodes}"])
-    assert trainer.strategy_of(cfg) == expected
+    assert run_plan.strategy_of(cfg) == expected
 
 
 def _gpus(monkeypatch, count: int) -> None:
@@ -63,14 +63,14 @@ def test_auto_devices_are_every_visible_gpu_of_a_gpu_run_else_one(monkeypatch, g
     for entry in ("pretrain", "train"):
         cfg = load_config(entry, ["train.devices=auto", f"train.accelerator={accelerator}", "train.num_nodes=2"])
         assert world_size(cfg) == 2 * world
-        assert trainer.strategy_of(cfg) == "ddp"
+        assert run_plan.strategy_of(cfg) == "ddp"
         assert math.isclose(peak_lr(cfg), peak_lr(cfg, 2 * world))
 
 
 def _trainer_args(monkeypatch, tmp_path, *overrides: str) -> dict:
     """The arguments ``build_trainer`` gives Lightning's Trainer for a pretraining config."""
     monkeypatch.setattr(trainer.pl, "Trainer", lambda **args: args)
-    return trainer.build_trainer(load_config("pretrain", list(overrides)), tmp_path)
+    return trainer.build_trainer(run_plan.plan_run(load_config("pretrain", list(overrides)), tmp_path))
 
 
 @pytest.mark.parametrize("gpus,overrides,devices,strategy,sync", [

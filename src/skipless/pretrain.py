@@ -34,19 +34,20 @@ from .training.closing_lines import closing_lines
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
 from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
 from .training.interrupt import fit, resume_message
-from .training.precision import describe_precision
 from .training.preflight import check_run_folder
 from .training.rank_monitor import RankMonitor
 from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
+from .training.run_plan import RunPlan, plan_run
 from .training.trainer import build_trainer
-from .world import check_global_batch, check_gpus_visible, training_threads
+from .world import check_global_batch, check_gpus_visible
 
 
-def run_dir_of(cfg: DictConfig) -> Path:
+def run_dir_of(cfg: DictConfig, method: Method | None = None) -> Path:
     """``<run.root>/<run.name>``; by default the name is ``[<method prefix>]<model>-<optim>-<data>``."""
-    name = cfg.run.name or f"{method_of(cfg).run_prefix}{cfg.model.name}-{cfg.optim.name}-{cfg.data.name}"
+    prefix = (method or method_of(cfg)).run_prefix
+    name = cfg.run.name or f"{prefix}{cfg.model.name}-{cfg.optim.name}-{cfg.data.name}"
     return Path(cfg.run.root) / name
 
 
@@ -74,23 +75,27 @@ def check_keys(cfg: DictConfig) -> Method:
     return method
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig) -> tuple[Method, RunPlan]:
     """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py and
     the method's rules), more GPUs than this machine shows and a global batch they do not divide
     (``world.py``), what the method refuses beyond single keys (DINO: a BatchNorm head that DDP on the CPU
-    cannot synchronise), and a run folder that could not be written."""
+    cannot synchronise), and a run folder that could not be written; then the run resolved once: the
+    method and the plan (``training/run_plan.py``) every later step takes."""
     method = check_keys(cfg)
     check_gpus_visible(cfg)
     check_global_batch(cfg)
     method.check(cfg)
-    check_run_folder(run_dir_of(cfg))
+    run_dir = run_dir_of(cfg, method)
+    check_run_folder(run_dir)
+    return method, plan_run(cfg, run_dir)
 
 
-def diagnostics_callbacks(cfg: DictConfig, run_dir: Path) -> list[pl.Callback]:
+def diagnostics_callbacks(method: Method, plan: RunPlan) -> list[pl.Callback]:
     """The conditioning monitor and the per-block signals of ``cfg.diagnostics`` (0 turns each off), on
     fixed centre crops at the method's view size."""
+    cfg, run_dir = plan.cfg, plan.run_dir
     d = cfg.diagnostics
-    images = partial(diagnostic_images, cfg, method_of(cfg).view_size(cfg), int(d.images))
+    images = partial(diagnostic_images, cfg, method.view_size(cfg), int(d.images))
     found: list[pl.Callback] = []
     if d.every_n_epochs:
         layers = d.layers if isinstance(d.layers, str) else list(d.layers)
@@ -105,11 +110,11 @@ def diagnostics_callbacks(cfg: DictConfig, run_dir: Path) -> list[pl.Callback]:
     return found
 
 
-def pretrain_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
+def pretrain_trainer(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
     """The shared trainer (``training/trainer.py``) with the method's own monitors (DINO: collapse), the
     diagnostics and the k-NN monitor."""
-    method = method_of(cfg)
-    callbacks: list[pl.Callback] = [*method.callbacks(cfg), *extra_callbacks, *diagnostics_callbacks(cfg, run_dir)]
+    cfg, run_dir = plan.cfg, plan.run_dir
+    callbacks: list[pl.Callback] = [*method.callbacks(cfg), *extra_callbacks, *diagnostics_callbacks(method, plan)]
     loaders = knn_loaders(cfg, method.view_size(cfg)) if cfg.train.knn_every_n_epochs else None
     if loaders is not None:
         callbacks.append(KNNMonitor(loaders[0], loaders[1], every=cfg.train.knn_every_n_epochs,
@@ -120,15 +125,19 @@ def pretrain_trainer(cfg: DictConfig, run_dir: Path, extra_callbacks: Sequence[p
         images = partial(diagnostic_images, cfg, method.view_size(cfg), int(cfg.diagnostics.rank_images), split)
         callbacks.append(RankMonitor(images, run_dir, every=cfg.train.knn_every_n_epochs,
                                      epochs=cfg.train.export_epochs))
-    return build_trainer(cfg, run_dir, callbacks)
+    return build_trainer(plan, callbacks)
 
 
 def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, pl.LightningModule]:
     """Run (or resume) the pretraining described by ``cfg``; returns the trainer and the method's module."""
-    run_dir = run_dir_of(cfg)
-    check_config(cfg)
-    method: Method = method_of(cfg)
-    torch.set_num_threads(training_threads(cfg))
+    return run_pretraining(*check_config(cfg), extra_callbacks)
+
+
+def run_pretraining(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = ()
+                    ) -> tuple[pl.Trainer, pl.LightningModule]:
+    """Run (or resume) the pretraining ``check_config`` resolved; returns the trainer and the method's module."""
+    cfg, run_dir = plan.cfg, plan.run_dir
+    torch.set_num_threads(plan.threads)
     with hold_run_folder(run_dir):
         start = prepare_run(cfg, run_dir)
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
@@ -137,7 +146,7 @@ def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tu
         module = method.module(cfg, partial(backbone_factory, cfg))
         dataset = pretrain_dataset(cfg, method.transform(cfg))
         loader = pretrain_loader(cfg, dataset, method.collate)
-        trainer = pretrain_trainer(cfg, run_dir, extra_callbacks)
+        trainer = pretrain_trainer(method, plan, extra_callbacks)
         if trainer.is_global_zero:
             record_start(cfg, run_dir, start)
         fit(trainer, module, loader, ckpt_path=start.ckpt_path)
@@ -150,11 +159,11 @@ def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callbac
     run_dir = None
     try:
         cfg = load_config("pretrain", argv)
-        check_config(cfg)
-        run_dir = run_dir_of(cfg)
-        print(pretrain_header(cfg, run_dir, precision=describe_precision(cfg),
-                              method_lines=method_of(cfg).header(cfg)), flush=True)
-        trainer, _ = pretrain(cfg, extra_callbacks)
+        method, plan = check_config(cfg)
+        run_dir = plan.run_dir
+        print(pretrain_header(cfg, run_dir, precision=plan.described_precision, method_lines=method.header(cfg)),
+              flush=True)
+        trainer, _ = run_pretraining(method, plan, extra_callbacks)
     except SkiplessError as err:
         print(f"error: {user_message(err)}", file=sys.stderr)
         return 1
@@ -165,7 +174,7 @@ def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callbac
         return 0
     for line in closing_lines(trainer):
         print(line, flush=True)
-    print(f"done: {method_of(cfg).exported} backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard",
+    print(f"done: {method.exported} backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard",
           flush=True)
     return 0
 

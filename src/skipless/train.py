@@ -25,12 +25,12 @@ from .supervised.schema import check_train_config
 from .training.closing_lines import closing_lines
 from .training.collapse import SupervisedCollapse
 from .training.interrupt import fit, resume_message
-from .training.precision import describe_precision
 from .training.preflight import check_run_folder
 from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
+from .training.run_plan import RunPlan, plan_run
 from .training.trainer import build_trainer
-from .world import check_global_batch, check_gpus_visible, global_batch, training_threads
+from .world import check_global_batch, check_gpus_visible, global_batch
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -38,18 +38,21 @@ def run_dir_of(cfg: DictConfig) -> Path:
     return Path(cfg.run.root) / name
 
 
-def check_config(cfg: DictConfig) -> None:
+def check_config(cfg: DictConfig) -> RunPlan:
     """Every key checked (``supervised/schema.py``), the GPUs asked for visible and the global batch a
     whole number of micro-batches on them (``world.py``), and the run folder writable, before anything is
-    written."""
+    written; then the run resolved once (``training/run_plan.py``)."""
     check_train_config(cfg)
     check_gpus_visible(cfg)
     check_global_batch(cfg)
-    check_run_folder(run_dir_of(cfg))
+    run_dir = run_dir_of(cfg)
+    check_run_folder(run_dir)
+    return plan_run(cfg, run_dir)
 
 
-def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int, num_classes: int) -> str:
+def train_header(plan: RunPlan, train_size: int, val_size: int, num_classes: int) -> str:
     """The lines ``make train`` prints before it starts."""
+    cfg, run_dir = plan.cfg, plan.run_dir
     m, o, t, a = cfg.model, cfg.optim, cfg.train, cfg.aug
     mix = (f"mixup {a.mixup:g} / cutmix {a.cutmix:g}" if (a.mixup > 0 or a.cutmix > 0) else "no mixup/cutmix")
     return "\n".join([
@@ -63,27 +66,31 @@ def train_header(cfg: DictConfig, run_dir: Path, train_size: int, val_size: int,
         f"{lr_key(cfg)} {float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} x {global_batch(cfg)}/256, "
         f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}",
         *memory_lines(m),
-        f"  precision {describe_precision(cfg)}",
+        f"  precision {plan.described_precision}",
         threads_line(cfg),
     ])
 
 
 def train(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, Supervised]:
     """Run (or resume) the supervised training described by ``cfg``; returns the trainer and the module."""
-    run_dir = run_dir_of(cfg)
-    check_config(cfg)
-    torch.set_num_threads(training_threads(cfg))
+    return run_training(check_config(cfg), extra_callbacks)
+
+
+def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, Supervised]:
+    """Run (or resume) the supervised training ``check_config`` resolved; returns the trainer and the module."""
+    cfg, run_dir = plan.cfg, plan.run_dir
+    torch.set_num_threads(plan.threads)
     with hold_run_folder(run_dir):
         start = prepare_run(cfg, run_dir)
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
         train_set, val_set = labelled_splits(cfg)
         module = Supervised(cfg, train_set.num_classes)
         loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
-        trainer = build_trainer(cfg, run_dir, [SupervisedCollapse(), *extra_callbacks],
+        trainer = build_trainer(plan, [SupervisedCollapse(), *extra_callbacks],
                                 check_val_every_n_epoch=cfg.train.val_every_n_epochs,
                                 limit_val_batches=cfg.train.limit_val_batches)
         if trainer.is_global_zero:
-            print(train_header(cfg, run_dir, len(train_set), len(val_set), train_set.num_classes), flush=True)
+            print(train_header(plan, len(train_set), len(val_set), train_set.num_classes), flush=True)
             record_start(cfg, run_dir, start)
         fit(trainer, module, loaders[0], ckpt_path=start.ckpt_path, val_loader=loaders[1])
     return trainer, module
@@ -95,9 +102,9 @@ def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callbac
     run_dir = None
     try:
         cfg = load_config("train", argv)
-        check_config(cfg)
-        run_dir = run_dir_of(cfg)
-        trainer, _ = train(cfg, extra_callbacks)
+        plan = check_config(cfg)
+        run_dir = plan.run_dir
+        trainer, _ = run_training(plan, extra_callbacks)
     except SkiplessError as err:
         print(f"error: {user_message(err)}", file=sys.stderr)
         return 1

@@ -73,7 +73,7 @@ from ...summary import number_text, peak_lr
 from ...training.collapse import CollapseMonitor
 from ...training.micro_batches import micro_steps
 from ...training.step_start import start_step
-from ...training.trainer import refuse_unsynced_batchnorm
+from ...training.run_plan import refuse_unsynced_batchnorm
 from ..method import Method
 from .schema import RELATIONS, RULES
 from .self_distillation import DINOHead, DINOLoss, collate_multicrop, denormalize, multicrop_from_config
