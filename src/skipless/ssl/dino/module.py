@@ -316,7 +316,7 @@ def header(cfg: Mapping) -> list[str]:
 
 
 def check(cfg: DictConfig) -> None:
-    """A BatchNorm head that DDP on the CPU cannot synchronise is refused (``training/trainer.py``)."""
+    """A BatchNorm head that DDP on the CPU cannot synchronise is refused (``training/run_plan.py``)."""
     if cfg.dino.use_bn_in_head:
         refuse_unsynced_batchnorm(cfg, "dino.use_bn_in_head")
 
