@@ -19,7 +19,7 @@ def param_groups(module: nn.Module) -> list[dict]:
 
 def set_step_values(optimizer, lr: float, weight_decay: float) -> None:
     """This step's values from the schedules: ``lr`` on every group, ``weight_decay`` on the ``decay`` group
-    only (``param_groups``: biases and 1-D parameters stay at 0). ``training/step_start.py`` calls it at
+    only (``param_groups``: biases and 1-D parameters stay at 0). ``training/module_contract.py`` calls it at
     the start of every training module's step."""
     for group in optimizer.param_groups:
         group["lr"] = lr

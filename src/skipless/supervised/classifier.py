@@ -37,7 +37,7 @@ from ..step_scalars import device_scalars
 from ..summary import peak_lr
 from ..training.collapse import ClassCounts
 from ..training.micro_batches import micro_steps
-from ..training.step_start import start_step
+from ..training.module_contract import start_step
 from .augment import batch_mixer
 
 
@@ -58,6 +58,7 @@ class Supervised(pl.LightningModule):
     def __init__(self, cfg: DictConfig, num_classes: int) -> None:
         super().__init__()
         self.cfg, self.num_classes = cfg, int(num_classes)
+        self.schedules: dict[str, np.ndarray] = {}  # per optimizer step, from configure_optimizers
         self.automatic_optimization = False
         self.backbone = classifier_backbone(cfg.model)
         compile_in_place((self.backbone,), bool(cfg.train.compile))
@@ -78,6 +79,10 @@ class Supervised(pl.LightningModule):
     # ---- the pieces the shared callbacks use ------------------------------------------------------
     def exported_backbone(self) -> nn.Module:
         """What ``backbone.pt`` holds: the backbone without the head."""
+        return self.backbone
+
+    def trained_backbone(self) -> nn.Module:
+        """The backbone the optimiser trains: the exported one (a classifier has no second copy)."""
         return self.backbone
 
     def base_lr(self) -> float:

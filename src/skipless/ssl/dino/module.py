@@ -72,7 +72,7 @@ from ...step_scalars import device_scalars
 from ...summary import number_text, peak_lr
 from ...training.collapse import CollapseMonitor
 from ...training.micro_batches import micro_steps
-from ...training.step_start import start_step
+from ...training.module_contract import start_step
 from ...training.run_plan import refuse_unsynced_batchnorm
 from ..method import Method
 from .schema import RELATIONS, RULES
@@ -119,6 +119,7 @@ class DINO(pl.LightningModule):
     def __init__(self, cfg: DictConfig, backbone_factory: Callable[[float], nn.Module]) -> None:
         super().__init__()
         self.cfg = cfg
+        self.schedules: dict[str, np.ndarray] = {}  # per optimizer step, from configure_optimizers
         self.automatic_optimization = False
         d = cfg.dino
         student = backbone_factory(float(cfg.model.drop_path_rate))

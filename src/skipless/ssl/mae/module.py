@@ -84,7 +84,7 @@ from ...step_scalars import device_scalars
 from ...summary import number_text, peak_lr
 from ...training.data import diagnostic_images
 from ...training.micro_batches import micro_steps
-from ...training.step_start import start_step
+from ...training.module_contract import start_step
 from ..method import Method
 from .autoencoder import MaskedAutoencoder, mean_patch_baseline, normalized_target, patchify, unpatchify, view_from_config
 from .decoder import mirror_skip_pairs
@@ -114,6 +114,7 @@ class MAE(pl.LightningModule):
     def __init__(self, cfg: DictConfig, backbone_factory: Callable[[float], nn.Module]) -> None:
         super().__init__()
         self.cfg = cfg
+        self.schedules: dict[str, np.ndarray] = {}  # per optimizer step, from configure_optimizers
         self.automatic_optimization = False
         m = cfg.mae
         encoder = backbone_factory(float(cfg.model.drop_path_rate))

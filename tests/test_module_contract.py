@@ -1,6 +1,7 @@
-"""The start of every optimizer step, written once (``training/step_start.py``): schedules read at the
-optimizer step (their last value past the end), lr on every group and weight decay on the weights only,
-gradients zeroed; DINO, MAE and the supervised classifier all begin their step there."""
+"""The training modules' contract and the start of every optimizer step, written once
+(``training/module_contract.py``): DINO, MAE and the supervised classifier each satisfy ``TrainedModule``;
+schedules read at the optimizer step (their last value past the end), lr on every group and weight decay
+on the weights only, gradients zeroed, and every module begins its step there."""
 import ast
 from pathlib import Path
 from types import SimpleNamespace
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 
 from skipless.optim.param_groups import param_groups
-from skipless.training.step_start import schedule_values, start_step
+from skipless.training.module_contract import schedule_values, start_step
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "skipless"
 
@@ -41,8 +42,31 @@ def test_every_training_module_begins_its_step_there_and_nowhere_writes_it_again
             if isinstance(fn, ast.FunctionDef) and fn.name == "training_step":
                 first = fn.body[0]
                 starts[path.relative_to(SRC).as_posix()] = ast.unparse(first.value) if isinstance(first, ast.Assign) else ""
-        if path.name not in ("step_start.py", "param_groups.py"):
+        if path.name not in ("module_contract.py", "param_groups.py"):
             text = path.read_text()
             assert "set_step_values(" not in text and "len(self.schedules" not in text, path
     assert starts == {"ssl/dino/module.py": "start_step(self)", "ssl/mae/module.py": "start_step(self)",
                       "supervised/classifier.py": "start_step(self)"}
+
+
+def test_dino_mae_and_the_classifier_each_satisfy_the_contract(tmp_path):
+    from functools import partial
+
+    from test_mae_run import TINY as MAE_TINY
+    from tiny_runs import DINO_TINY, SUP_TINY
+
+    from skipless.config import load_config
+    from skipless.pretrain import backbone_factory
+    from skipless.ssl import method_of
+    from skipless.supervised.classifier import Supervised
+    from skipless.training.module_contract import TrainedModule
+
+    modules = []
+    for overrides in (DINO_TINY, MAE_TINY):
+        cfg = load_config("pretrain", [*overrides, f"run.root={tmp_path}"])
+        modules.append(method_of(cfg).module(cfg, partial(backbone_factory, cfg)))
+    modules.append(Supervised(load_config("train", [*SUP_TINY, f"run.root={tmp_path}"]), num_classes=3))
+    for module in modules:
+        assert isinstance(module, TrainedModule), type(module).__name__
+        assert isinstance(module.exported_backbone(), nn.Module) and isinstance(module.trained_backbone(), nn.Module)
+    assert not isinstance(SimpleNamespace(cfg=None, schedules={}), TrainedModule)  # the methods are required too

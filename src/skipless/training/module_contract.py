@@ -1,5 +1,14 @@
-"""The start of every optimizer step of the suite's training modules (DINO, MAE, the supervised classifier),
-written once: each module owns a dict of per-step schedules (``schedules``: ``lr`` and ``wd``, DINO's
+"""What every training module of the suite (DINO, MAE, the supervised classifier, and any method to come)
+gives the shared parts of ``training/``, and the start of its optimizer step, written once.
+
+**The contract** (``TrainedModule``, a ``typing.Protocol`` each module satisfies; tests/test_module_contract.py
+checks all three): the checked config (``cfg``), the per-step schedules (``schedules``), the backbone
+``backbone.pt`` holds and every evaluator reads (``exported_backbone``: DINO's teacher, MAE's encoder, the
+classifier's ViT), the backbone the optimiser trains, which the diagnostics measure (``trained_backbone``:
+DINO's student), and the base lr a divergence message names (``base_lr``). The self-supervised methods add
+what ``make pretrain`` needs around the module (``skipless.ssl.Method``: views, rules, monitors, header).
+
+**The start of a step.** Each module owns a dict of per-step schedules (``schedules``: ``lr`` and ``wd``, DINO's
 ``momentum`` and ``teacher_temp`` too, ``optim/schedules.py``) and trains with manual optimisation, so each
 step begins the same way:
 
@@ -14,9 +23,26 @@ step begins the same way:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+from omegaconf import DictConfig
+from torch import nn
 
 from ..optim.param_groups import set_step_values
+
+
+@runtime_checkable
+class TrainedModule(Protocol):
+    """What a training module gives ``training/`` (module docstring)."""
+
+    cfg: DictConfig
+    schedules: dict[str, Sequence[float]]
+
+    def exported_backbone(self) -> nn.Module: ...
+
+    def trained_backbone(self) -> nn.Module: ...
+
+    def base_lr(self) -> float: ...
 
 
 class StepStart(NamedTuple):
@@ -30,7 +56,7 @@ def schedule_values(schedules: Mapping[str, Sequence[float]], step: int) -> dict
     return {name: float(values[min(step, len(values) - 1)]) for name, values in schedules.items()}
 
 
-def start_step(module: Any) -> StepStart:
+def start_step(module: TrainedModule) -> StepStart:
     """Steps 1-4 of the module docstring for a LightningModule with ``schedules`` and one optimizer."""
     step = int(module.global_step)
     values = schedule_values(module.schedules, step)
