@@ -202,9 +202,9 @@ def test_ctrl_c_says_how_to_resume_and_exits_130(tmp_path, capsys, monkeypatch):
     images = write_images(tmp_path / "images", good=8)
     args = [*TINY_FOLDER, f"data.root={images}", f"run.root={tmp_path / 'runs'}", "run.name=ctrlc",
             "train.num_workers=0"]
-    real = pretrain_module.pretrain
-    monkeypatch.setattr(pretrain_module, "pretrain",
-                        lambda cfg, extra=(): real(cfg, extra_callbacks=[*extra, InterruptAt(3)]))
+    real = pretrain_module.run_pretraining
+    monkeypatch.setattr(pretrain_module, "run_pretraining",
+                        lambda method, plan, extra=(): real(method, plan, [*extra, InterruptAt(3)]))
     handler = signal.getsignal(signal.SIGINT)
     try:
         code = main(args)

@@ -36,9 +36,9 @@ def test_an_interrupted_attempt_without_a_checkpoint_is_started_afresh_and_both_
         tmp_path, capsys, monkeypatch):
     """It used to be a circle: 'holds a run, use RESUME=1', then 'RESUME=1: no checkpoint, start without it'."""
     args, run = tiny(tmp_path), tmp_path / "runs" / "r"
-    real = pretrain_module.pretrain
-    monkeypatch.setattr(pretrain_module, "pretrain",
-                        lambda cfg, extra=(): real(cfg, extra_callbacks=[*extra, CtrlCAtFirstStep()]))
+    real = pretrain_module.run_pretraining
+    monkeypatch.setattr(pretrain_module, "run_pretraining",
+                        lambda method, plan, extra=(): real(method, plan, [*extra, CtrlCAtFirstStep()]))
     handler = signal.getsignal(signal.SIGINT)
     try:
         assert main(args) == 130
@@ -50,7 +50,7 @@ def test_an_interrupted_attempt_without_a_checkpoint_is_started_afresh_and_both_
         f"move to {run}/attempts/<n>/)")
     attempt = snapshot(run)
     assert json.loads(attempt["summary.json"])["status"] == "interrupted" and "run.lock" not in attempt
-    monkeypatch.setattr(pretrain_module, "pretrain", real)
+    monkeypatch.setattr(pretrain_module, "run_pretraining", real)
 
     assert main([*args, "run.resume=true"]) == 1
     assert capsys.readouterr().err.strip() == (
@@ -106,9 +106,9 @@ def test_a_second_run_under_the_same_name_is_refused_while_the_first_runs(tmp_pa
             seen["err"] = capsys.readouterr().err.strip()
             seen["unchanged"] = snapshot(run) == before
 
-    real = pretrain_module.pretrain
-    monkeypatch.setattr(pretrain_module, "pretrain",
-                        lambda cfg, extra=(): real(cfg, extra_callbacks=[*extra, SecondRun()]))
+    real = pretrain_module.run_pretraining
+    monkeypatch.setattr(pretrain_module, "run_pretraining",
+                        lambda method, plan, extra=(): real(method, plan, [*extra, SecondRun()]))
     assert main(args) == 0
     lock = run / "run.lock"
     assert seen["code"] == 1 and seen["unchanged"] and len(seen["err"].splitlines()) == 1
