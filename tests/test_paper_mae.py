@@ -102,7 +102,7 @@ def test_the_zero_init_ablation_and_figure2_train_what_the_seed_describes(tmp_pa
 
 
 def test_run_images_stand_side_by_side_with_the_newest_of_each_run(tmp_path):
-    from paper.report import images_section
+    from paper.report_figures import images_section
 
     records = []
     for name in ("decayed", "mae"):

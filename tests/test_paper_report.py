@@ -13,7 +13,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from paper.experiment import load_experiment
 from paper.jobs import is_done, job_state, marker_status, plan, read_marker, write_marker
-from paper.report import number, write_report
+from paper.report import write_report
+from paper.report_cells import number
 
 EXPERIMENT = {
     "title": "by hand", "source": "a test",
@@ -93,7 +94,7 @@ def test_a_cell_whose_training_collapsed_is_marked_with_the_reason_under_the_tab
 
 
 def test_a_condition_number_that_did_not_converge_is_a_lower_bound(tmp_path):
-    from paper.report import _cell_text
+    from paper.report_cells import cell_text as _cell_text
 
     record = {"state": "done", "result": {"jacobian": {"value": 3.2e5, "converged": False, "reason": None}}}
     assert _cell_text(record, "jacobian.value", None) == ">= 3.2e+05"

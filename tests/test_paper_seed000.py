@@ -11,7 +11,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 from paper.experiment import ExperimentError, load_experiment
 from paper.jobs import plan, write_marker
-from paper.report import history_epochs, write_report
+from paper.report import write_report
+from paper.report_figures import history_epochs
 from paper.run_scalars import EPOCH_TAG, epoch_means, read_scalars
 from skipless.analysis.condition_number import NUMERICALLY_ZERO, Condition, infinite_condition
 from skipless.analysis.diagnostics import Diagnosis, result_to_json
