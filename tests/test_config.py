@@ -230,9 +230,23 @@ def test_a_method_missing_a_recipe_value_is_one_sentence_naming_the_key(tmp_path
     with pytest.raises(ConfigError) as err:
         load_config("pretrain", ["data=imagenet"], config_dir=tmp_path / "configs")
     assert "optim.warmup_epochs" in str(err.value) and "\n" not in str(err.value)
-    # an MAE run on DINO's paper recipe no longer trains with DINO's optimizer values: refused the same way
-    with pytest.raises(ConfigError, match=r"ssl=mae .*recipe=paper\) leaves optim\.betas, .*optim\.lr, "):
-        load_config("pretrain", ["ssl=mae", "recipe=paper", "data=imagenet"])
+    # an MAE run on a recipe only DINO has never trains with DINO's optimizer values: refused the same way
+    with pytest.raises(ConfigError, match=r"ssl=mae .*recipe=paper-dino300\) leaves optim\.betas, .*optim\.lr, "):
+        load_config("pretrain", ["ssl=mae", "recipe=paper-dino300", "data=imagenet"])
+
+
+@pytest.mark.parametrize("scale", ["demo", "paper"])
+def test_a_recipe_is_a_method_times_a_scale(scale):
+    """``recipe=<scale>`` is the chosen method's: recipe/mae-<scale>.yaml under ssl=mae, <scale>.yaml for DINO."""
+    mae = load_config("pretrain", ["ssl=mae", f"recipe={scale}", "data=imagenet"])
+    assert mae.choices.recipe == f"mae-{scale}"
+    assert flat(mae) == flat(load_config("pretrain", ["ssl=mae", f"recipe=mae-{scale}", "data=imagenet"]))
+    dino = load_config("pretrain", [f"recipe={scale}", "data=imagenet"])
+    assert dino.choices.recipe == scale and dino.ssl == "dino"
+    # unnamed, the scale follows the data for either method
+    data = "default" if scale == "demo" else "imagenet"
+    assert load_config("pretrain", ["ssl=mae", f"data={data}"]).choices.recipe == f"mae-{scale}"
+    assert load_config("pretrain", [f"data={data}"]).choices.recipe == scale
 
 
 def test_recipes_set_no_data_or_run_keys_and_only_keys_pretrain_yaml_has():

@@ -166,7 +166,7 @@ def test_unet_skips_follow_the_keys():
     ("mae.mask_ratio=0", "mae.mask_ratio must be a number in (0, 1), got 0"),
     ("mae.skip_pairs=[[7,0]]", "mae.skip_pairs: skip pair (7, 0) names a block that does not exist"),
     ("mae.decoder.heads=3", "mae.decoder.dim=32 is not divisible by mae.decoder.heads=3"),
-    ("recipe=demo", "recipe=demo) leaves optim.betas, optim.clip_grad, "),  # DINO's recipe states no MAE values
+    ("recipe=paper-dino300", "recipe=paper-dino300) leaves optim.betas, optim.clip_grad, "),  # DINO's only
 ])
 def test_bad_mae_keys_are_one_sentence_before_anything_is_written(tmp_path, capsys, bad, said):
     code = main([*TINY, f"run.root={tmp_path / 'runs'}", f"data.root={tmp_path / 'data'}", bad])

@@ -6,7 +6,10 @@
    (``model: skipless``). A CLI item whose key is a group name (``model=skip``) changes that choice.
    A default may instead follow an earlier group's choice, written as a small table:
    ``recipe: {data=default: demo, otherwise: paper}`` picks ``demo`` when ``data`` is ``default``;
-   a row may name several (``"ssl=mae,data=default": mae-demo``), all of which must hold.
+   a row may name several (``"ssl=mae,data=default": mae-demo``), all of which must hold. A table row
+   ``per: <earlier group>`` makes the group's choices belong to that group's: ``recipe=demo`` under
+   ``ssl=mae`` reads ``recipe/mae-demo.yaml`` when it exists, else ``recipe/demo.yaml`` (so a recipe is
+   a method x a scale, and ``RECIPE=demo`` or ``RECIPE=paper`` means the chosen method's).
 2. Each chosen group file ``configs/<group>/<choice>.yaml`` is merged over the defaults, in the order
    of the ``defaults:`` mapping. Group files hold full paths (``model: {residual: skipless}``); by
    rule a group sets only its own section, except a recipe, which names a run's scale across sections.
@@ -97,6 +100,9 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     cfg, chosen = base, {}
     for group in groups:
         choice = choices[group] if group in choices else _default_choice(group, defaults[group], chosen)
+        scope = _scope_of(defaults[group])
+        if scope is not None and (config_dir / group / f"{chosen.get(scope)}-{choice}.yaml").is_file():
+            choice = f"{chosen[scope]}-{choice}"  # recipe=demo under ssl=mae: recipe/mae-demo.yaml
         path = config_dir / group / f"{choice}.yaml"
         if not path.is_file():
             raise ConfigError(f"unknown {group} {choice!r}; expected one of: {', '.join(available(group, config_dir))}")
@@ -125,12 +131,19 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     return cfg
 
 
+def _scope_of(default) -> str | None:
+    """The earlier group a group's choices belong to (``per: ssl`` in its default's table), or None."""
+    return str(default["per"]) if isinstance(default, DictConfig) and "per" in default else None
+
+
 def _default_choice(group: str, default, chosen: dict[str, str]) -> str:
     """A group's default: a name, or a table ``{"<earlier group>=<choice>[,<group>=<choice> ...]": name,
-    otherwise: name}`` whose first row whose every term holds wins."""
+    otherwise: name}`` whose first row whose every term holds wins (a ``per`` row is ``_scope_of``'s)."""
     if not isinstance(default, DictConfig):
         return str(default)
     for condition, choice in default.items():
+        if condition == "per":
+            continue
         if condition == "otherwise":
             return str(choice)
         if all(_holds(group, term, chosen) for term in str(condition).split(",")):
