@@ -55,3 +55,20 @@ def test_main_prints_the_address_then_runs_tensorboard_on_short_names_of_the_sam
     assert seen == [(["tensorboard", "--logdir", "--host", "127.0.0.1", "--port", "6011"], ["demo"],
                      [(tmp_path / "runs" / "demo" / "tb").resolve()])]
     assert first_page("127.0.0.1", 6011) in capsys.readouterr().out
+
+
+def test_a_folder_without_runs_yet_is_said_in_a_sentence_and_still_served(monkeypatch, capsys, tmp_path):
+    import sys
+
+    from tensorboard import main as tensorboard_main
+
+    from skipless.tensorboard_page import main
+
+    served = []
+    monkeypatch.setattr(tensorboard_main, "run_main", lambda: served.append(True))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    assert main(["--logdir", str(tmp_path / "runs"), "--port", "6012"]) == 0
+    assert served and f"note: {tmp_path / 'runs'}/ holds no runs yet" in capsys.readouterr().out
+    (tmp_path / "runs").mkdir()
+    main(["--logdir", str(tmp_path / "runs"), "--port", "6012"])
+    assert "holds no runs yet" not in capsys.readouterr().out

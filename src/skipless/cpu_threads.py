@@ -66,8 +66,9 @@ def cpu_threads(requested: int | None, workers: int, cores: int | None = None, p
     loader processes beside each of ``processes`` on the node, on ``cores`` (None: ``usable_cores()``)."""
     if requested is not None:
         return int(requested)
-    if _from_environment() is not None:
-        return _from_environment()
+    from_environment = _from_environment()
+    if from_environment is not None:
+        return from_environment
     cores = usable_cores() if cores is None else cores
     processes = max(1, processes)
     return max(1, (cores - processes * max(0, workers)) // (2 * processes))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -46,12 +47,14 @@ def short_names(folders: list[Path]) -> dict[Path, str]:
         kept = [p for p in folder.parts if p not in words]
         return "/".join(kept) if kept else folder.as_posix()
 
+    def clashing(names: dict[Path, str]) -> set[str]:
+        return {n for n, count in Counter(names.values()).items() if count > 1}
+
     names = {f: without(f, SILENT) for f in folders}
-    for name in {n for n in names.values() if list(names.values()).count(n) > 1}:
-        for folder in [f for f, n in names.items() if n == name]:
-            names[folder] = without(folder, ("tb",))
-    clashing = {n for n in names.values() if list(names.values()).count(n) > 1}
-    return {f: (f.as_posix() if n in clashing else n) for f, n in names.items()}
+    twice = clashing(names)
+    names = {f: (without(f, ("tb",)) if n in twice else n) for f, n in names.items()}
+    twice = clashing(names)
+    return {f: (f.as_posix() if n in twice else n) for f, n in names.items()}
 
 
 def sync_view(logdir: Path, view: Path) -> dict[str, Path]:

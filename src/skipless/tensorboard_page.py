@@ -50,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"TensorBoard of {args.logdir}/ on http://{args.host}:{args.port}/ ; the results first (training loss, "
           f"k-NN against its random init, each evaluation's number; unsmoothed; clear the filter for every tag):\n"
           f"  {first_page(args.host, args.port)}", flush=True)
+    if not Path(args.logdir).is_dir():
+        print(f"note: {args.logdir}/ holds no runs yet; they appear on the page as make pretrain, make train and the "
+              f"evaluators write them", flush=True)
     from tensorboard import main as tensorboard_main
 
     view = Path(tempfile.mkdtemp(prefix="skipless-tensorboard-"))

@@ -1,18 +1,16 @@
 """What a training run is, resolved once: the plan an entry point makes from its checked config and hands to
-the trainer, its callbacks and its header, so none of them derives the world, the batch or the precision
-again (issue 36: these facts were re-derived at 15 call sites in 7 files).
+the trainer, its callbacks and its header, so none of them derives the devices, the strategy, the precision or the
+threads again (issue 36: these facts were re-derived at 15 call sites in 7 files).
 
 A plan is frozen and made before anything is written: the run folder it names is not created here (the
 entry point takes it under its lock, ``run_lock.py``, and only then decides start or resume,
 ``run_start.prepare_run``, which needs the folder's contents). The config stays in the plan for the
 method's own keys and the recipe values, which only the method and the trainer read.
 
-- ``devices``, ``nodes``, ``world``: processes per node (``world.devices_of``: ``train.devices=auto`` is every
-  visible GPU), nodes, processes in all;
-- ``global_batch``, ``accumulation``: images per optimizer step over all processes and the micro-batches each
-  process accumulates for it (``world.global_batch``, ``world.accumulation_steps``);
-- ``on_cuda``, ``strategy``, ``sync_batchnorm``: where it trains and how Lightning joins the processes
-  (``strategy_of``, ``sync_batchnorm_of`` below);
+- ``devices``, ``nodes``: processes per node (``world.devices_of``: ``train.devices=auto`` is every visible
+  GPU) and nodes;
+- ``strategy``, ``sync_batchnorm``: how Lightning joins the processes (``strategy_of``, ``sync_batchnorm_of``
+  below);
 - ``precision`` and ``precision_why``: the Lightning precision chosen for ``train.precision`` and the reason in
   words (``precision.choose_precision``), ``autocast_device`` its autocast device;
 - ``threads``: torch's CPU threads per process (``world.training_threads``).
@@ -25,7 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..config import ConfigError
-from ..world import accumulation_steps, devices_of, global_batch, runs_on_cuda, training_threads, world_size
+from ..world import devices_of, runs_on_cuda, training_threads, world_size
 from .precision import autocast_device, choose_precision
 
 
@@ -66,10 +64,6 @@ class RunPlan:
     run_dir: Path
     devices: int
     nodes: int
-    world: int
-    global_batch: int
-    accumulation: int
-    on_cuda: bool
     strategy: str
     sync_batchnorm: bool
     precision: str
@@ -86,9 +80,6 @@ class RunPlan:
 def plan_run(cfg: DictConfig, run_dir: Path) -> RunPlan:
     """The plan of a checked config training into ``run_dir``."""
     precision, why = choose_precision(cfg)
-    world = world_size(cfg)
     return RunPlan(cfg=cfg, run_dir=Path(run_dir), devices=devices_of(cfg), nodes=int(cfg.train.num_nodes),
-                   world=world, global_batch=global_batch(cfg, world), accumulation=accumulation_steps(cfg, world),
-                   on_cuda=runs_on_cuda(cfg), strategy=strategy_of(cfg), sync_batchnorm=sync_batchnorm_of(cfg),
-                   precision=precision, precision_why=why, autocast_device=autocast_device(cfg),
-                   threads=training_threads(cfg))
+                   strategy=strategy_of(cfg), sync_batchnorm=sync_batchnorm_of(cfg), precision=precision,
+                   precision_why=why, autocast_device=autocast_device(cfg), threads=training_threads(cfg))

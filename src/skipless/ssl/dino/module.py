@@ -9,9 +9,9 @@ step, center update, EMA of the teacher. Under mixed precision only the forward 
 run under autocast; clipping, the freeze, the step, the center and the EMA run in fp32 (the official
 DINO's scope; ``skipless.full_precision``, ``training/precision.py``).
 
-Recipe values live in ``configs/pretrain.yaml``. The schedules are defined on the
-**global** batch: lr = base_lr * global batch / 256, so any world size trains the same recipe; the
-center is all-reduced (``DINOLoss.update_center``).
+Recipe values live in ``configs/ssl/dino.yaml`` (a scale's changes in ``configs/recipe/``). The
+schedules are defined on the **global** batch: lr = base_lr * global batch / 256, so any world size trains
+the same recipe; the center is all-reduced (``DINOLoss.update_center``).
 
 Gradient accumulation (``train.global_batch``; ``training/micro_batches.py``): a step's crops are cut into
 micro-batches of ``train.batch_size_per_device``; each runs the teacher, the student and the loss, and
