@@ -1,5 +1,5 @@
 # skipless: every entry point is a make target; `make help` lists them.
-# Config groups are chosen with MODEL= OPT= DATA= RECIPE= DATASET=; any other key with ARGS="a.b=1 c=2".
+# Config groups are chosen with MODEL= OPT= DATA= RECIPE=; any other key with ARGS="a.b=1 c=2".
 # A variable left unset is not passed: the YAML defaults (configs/pretrain.yaml ...) stay in charge.
 
 SHELL := /bin/bash
@@ -48,13 +48,18 @@ opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
 popt = $(if $(strip $(2)),'$(subst ','\'',$(1)='$(subst ','',$(strip $(2)))')')
 # A path for a command-line option (--out PATH), as one shell word.
 sq = '$(subst ','\'',$(strip $(1)))'
+# DATA= names the data of every entry point (pretraining's and training's group, the evaluators' dataset key);
+# DATASET=, its former name for the evaluators and make train, is still read.
+DATA_NAME = $(or $(DATA),$(DATASET))
 PRETRAIN_ARGS = $(call opt,ssl,$(SSL)) $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
-TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,dataset,$(or $(DATA),$(DATASET))) \
-  $(call opt,train-recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
+TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) \
+  $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
+# The scales of one method's recipes: recipe/<method>-<scale>.yaml -> <scale>.
+scales = $(subst $(eval) ,|,$(sort $(patsubst $(1)-%,%,$(basename $(notdir $(wildcard configs/recipe/$(1)-*.yaml))))))
 
 .DEFAULT_GOAL := help
 .PHONY: help setup data pretrain train probe tokencut pca conditioning knn linear tsne paper bench tensorboard test clean
@@ -68,17 +73,19 @@ help: ## list targets and variables
 	@echo "Variables of make pretrain (unset: the defaults of configs/pretrain.yaml, shown below):"
 	@echo "  SSL=$(call choices,ssl) (the self-supervised method: configs/ssl/, src/skipless/ssl/)"
 	@echo "  MODEL=$(call choices,model)   OPT=$(call choices,optim)"
-	@echo "  DATA=$(call choices,data)   DATA_ROOT=path to a real dataset (see data/README.md)"
-	@echo "  RECIPE=$(call choices,recipe) (the run's scale: the CPU demo or the paper's recipe)"
+	@echo "  DATA=default|imagenet   DATA_ROOT=path to a real dataset (see data/README.md)"
+	@echo "  RECIPE=<scale> (configs/recipe/<method>-<scale>.yaml: the CPU demo or the paper's recipe):"
+	@echo "       dino $(call scales,dino), mae $(call scales,mae)"
 	@sed -n '/^defaults:/,/^$$/{/^$$/!p}' configs/pretrain.yaml | sed 's/^/    /'
 	@echo "Other variables:"
-	@echo "make train takes the same MODEL= OPT= GPUS= NODES= RESUME= ARGS=, and DATA=$(call choices,dataset)"
-	@echo "  RECIPE=$(call choices,train-recipe) (default: demo on DATA=default, osa-mnist on mnist and digits, else paper:"
+	@echo "make train takes the same MODEL= OPT= GPUS= NODES= RESUME= ARGS=, and DATA=$(call choices,data)"
+	@echo "  RECIPE=$(call scales,supervised) (default: demo on DATA=default, osa-mnist on mnist and digits, else paper:"
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
 	@echo "       the paper recipes keep their papers' global batch on any GPUS x NODES (train.global_batch: gradient"
 	@echo "       accumulation, stated in the run header); ARGS=\"model.grad_checkpointing=true\" trades compute for memory"
-	@echo "  DATASET=default|voc|ade20k|cocostuff (probe) or default|voc07|voc12|coco20k (tokencut)"
+	@echo "  DATA= of the evaluators (key dataset; DATASET= is its former name): default|voc|ade20k|cocostuff (probe) or"
+	@echo "       default|voc07|voc12|coco20k (tokencut)"
 	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/registry.py)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
 	@echo "  PRESET=$(call choices,linear-preset) (linear: the probe's protocol, configs/linear-preset/; default dino:"
@@ -121,12 +128,12 @@ pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= O
 train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
 
-probe: $(STAMP) ## dense linear-probe segmentation: DATASET= MULTISCALE= LAYER= CKPT= ARGS=
-	$(PY) -m eval.probe $(call opt,dataset,$(DATASET)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \
+probe: $(STAMP) ## dense linear-probe segmentation: DATA= MULTISCALE= LAYER= CKPT= ARGS=
+	$(PY) -m eval.probe $(call opt,dataset,$(DATA_NAME)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \
 	  $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATASET= LAYER= CKPT= ARGS=
-	$(PY) -m eval.tokencut $(call opt,dataset,$(DATASET)) $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATA= LAYER= CKPT= ARGS=
+	$(PY) -m eval.tokencut $(call opt,dataset,$(DATA_NAME)) $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
 	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
@@ -134,14 +141,14 @@ pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= AR
 conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective rank per block: LAYER= CKPT= IMAGES= ARGS=
 	$(PY) -m eval.conditioning $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
 
-knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATASET= CKPT= ARGS=
-	$(PY) -m eval.knn $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATA= CKPT= ARGS=
+	$(PY) -m eval.knn $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRESET=dino|zhang|mae DATASET= CKPT= ARGS=
-	$(PY) -m eval.linear $(call opt,linear-preset,$(PRESET)) $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRESET=dino|zhang|mae DATA= CKPT= ARGS=
+	$(PY) -m eval.linear $(call opt,linear-preset,$(PRESET)) $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATASET= CKPT= ARGS=
-	$(PY) -m eval.tsne $(call opt,dataset,$(DATASET)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATA= CKPT= ARGS=
+	$(PY) -m eval.tsne $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 PREFLIGHT=1 ARGS=
 	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)

@@ -9,7 +9,7 @@ fastest training step of the ``pretrain`` section when it ran in the same ``make
 with the step, so a ratio near 1 there means it does not.
 
 Sizes: on a GPU the paper's crops (2 x 224 + 10 x 96, 64 images per batch, ``train.num_workers`` of
-the paper recipe), on a CPU the demo's (``configs/recipe/demo.yaml``), both over the embedded default
+the paper recipe), on a CPU the demo's (``configs/recipe/dino-demo.yaml``), both over the embedded default
 images (generated on first use, as ``make pretrain`` does).
 """
 from __future__ import annotations

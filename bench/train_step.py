@@ -2,7 +2,7 @@
 backward, optimizer) for skip vs skipless and AdamW vs SOAP, the same table as DINO's step.
 
 Random images and labels, so data loading is not measured. On a GPU the paper's Section 6.1 sizes
-(ViT-B/16, 224 px, 64 images per GPU, bf16-mixed); on a CPU the demo's (``train-recipe/demo.yaml``:
+(ViT-B/16, 224 px, 64 images per GPU, bf16-mixed); on a CPU the demo's (``recipe/supervised-demo.yaml``:
 ViT-Ti, 96 px, batch 64, fp32). Mixup/cutmix are off in both: they cost nothing on the model.
 """
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_16_mixed_keeps_the_micro_batches_scaled_and_unscales_their_sum_once(tmp
 
 
 def test_the_global_batch_sets_the_accumulation_the_loader_and_the_lr():
-    cfg = load_config("train", ["dataset=imagenet", "train.devices=8", "train.accelerator=cpu"])
+    cfg = load_config("train", ["data=imagenet", "train.devices=8", "train.accelerator=cpu"])
     assert cfg.train.global_batch == 4096  # Xu et al.'s, Table 1's recipe
     assert (global_batch(cfg), accumulation_steps(cfg), batch_per_device_step(cfg)) == (4096, 8, 512)
     assert describe_batch(cfg) == "4096 = 64/device x 8 devices x 8 accumulation steps"

@@ -106,8 +106,8 @@ def test_make_train_data_mnist_is_appendix_e_on_the_folder_of_data_root(tmp_path
     from test_train_digits import APPENDIX_E, _get
 
     monkeypatch.setenv("DATA_ROOT", str(tmp_path))  # what `make train DATA=mnist DATA_ROOT=...` exports
-    cfg = load_config("train", ["dataset=mnist", "model=skip"])
-    assert cfg.choices["train-recipe"] == "osa-mnist" and cfg.data.root == str(tmp_path)
+    cfg = load_config("train", ["data=mnist", "model=skip"])
+    assert cfg.choices["recipe"] == "osa-mnist" and cfg.data.root == str(tmp_path)
     assert {k: _get(cfg, k) for k in APPENDIX_E} == {**APPENDIX_E, "data.name": "mnist"}
 
 
@@ -115,7 +115,7 @@ def test_a_short_run_on_mnist_files_finishes_with_the_test_set_as_val(tmp_path):
     from skipless.train import run_dir_of, train
 
     write_fake_mnist(tmp_path / "mnist", n_train=16, n_val=6, gz=True)
-    cfg = load_config("train", ["dataset=mnist", f"data.root={tmp_path / 'mnist'}", "model=skip", "model.depth=1",
+    cfg = load_config("train", ["data=mnist", f"data.root={tmp_path / 'mnist'}", "model=skip", "model.depth=1",
                                 "train.epochs=1", "train.batch_size_per_device=8", "train.log_every_n_steps=1",
                                 f"run.root={tmp_path / 'runs'}"])
     train(cfg)

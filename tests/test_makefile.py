@@ -21,9 +21,9 @@ def test_make_pretrain_without_variables_passes_no_config_values():
 
 
 def test_make_pretrain_maps_each_variable_set_onto_its_key():
-    words = dry_run("pretrain", "MODEL=skip", "OPT=soap", "DATA=imagenet", "RECIPE=paper-dino300", "GPUS=8",
+    words = dry_run("pretrain", "MODEL=skip", "OPT=soap", "DATA=imagenet", "RECIPE=paper300", "GPUS=8",
                     "NODES=2", "RESUME=1", "ARGS=train.epochs=200").split()[3:]
-    assert words == ["model=skip", "optim=soap", "data=imagenet", "recipe=paper-dino300", "train.devices=8",
+    assert words == ["model=skip", "optim=soap", "data=imagenet", "recipe=paper300", "train.devices=8",
                      "train.num_nodes=2", "run.resume=true", "train.epochs=200"]
 
 
@@ -47,7 +47,9 @@ def test_make_data_imagenet100_passes_the_roots_given_and_other_data_is_refused(
 
 def test_help_lists_the_recipes_and_the_default_choices():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "RECIPE=demo|mae-demo|mae-paper|paper|paper-dino300" in out and "data=default: demo" in out
+    assert "dino demo|paper|paper300, mae demo|paper" in out and "data=default: demo" in out
+    from skipless.training.data import DATASETS  # the pretraining data, listed by hand in the Makefile
+    assert f"  DATA={'|'.join(DATASETS)}   DATA_ROOT=" in out
 
 
 def _eval_line(target: str, *args: str) -> str:
@@ -84,16 +86,18 @@ def test_make_train_maps_each_variable_set_onto_its_key():
     assert dry_run("train").split() == ["python", "-m", "skipless.train"]
     words = dry_run("train", "MODEL=attn-skip", "OPT=soap", "DATA=cifar10", "RECIPE=paper", "GPUS=8", "NODES=2",
                     "RESUME=1", "ARGS=train.epochs=200").split()[3:]
-    assert words == ["model=attn-skip", "optim=soap", "dataset=cifar10", "train-recipe=paper", "train.devices=8",
+    assert words == ["model=attn-skip", "optim=soap", "data=cifar10", "recipe=paper", "train.devices=8",
                      "train.num_nodes=2", "run.resume=true", "train.epochs=200"]
-    # the evaluators' DATASET= names the same thing
-    assert dry_run("train", "DATASET=tiny-imagenet").split()[3:] == ["dataset=tiny-imagenet"]
+    # DATASET=, the former name, still names the same thing, for make train and the evaluators
+    assert dry_run("train", "DATASET=tiny-imagenet").split()[3:] == ["data=tiny-imagenet"]
+    assert dry_run("knn", "DATA=cifar10").split()[3:] == ["dataset=cifar10"]
+    assert dry_run("knn", "DATASET=cifar10").split()[3:] == ["dataset=cifar10"]
 
 
 def test_make_train_maps_digits_and_its_recipe_and_help_lists_every_dataset():
     words = dry_run("train", "DATA=digits", "RECIPE=osa-mnist").split()[3:]
-    assert words == ["dataset=digits", "train-recipe=osa-mnist"]
-    datasets = {p.stem for p in (ROOT / "configs" / "dataset").glob("*.yaml")}
+    assert words == ["data=digits", "recipe=osa-mnist"]
+    datasets = {p.stem for p in (ROOT / "configs" / "data").glob("*.yaml")}
     assert "digits" in datasets
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     target = next(line for line in out.splitlines() if line.strip().startswith("make train"))

@@ -37,7 +37,7 @@ def test_mae_table2_full_dry_run_lists_the_seeds_jobs_with_the_imagenet100_recip
     assert {"model=skip", "mae.unet_skips=false"} <= set(base.overrides)
     cfg = _cfg(b06)
     assert (cfg.ssl, cfg.choices.recipe, cfg.model.arch, cfg.model.residual, cfg.model.alpha_min) == (
-        "mae", "mae-paper", "vit_base", "decayed", 0.6)
+        "mae", "paper", "vit_base", "decayed", 0.6)
     assert (cfg.train.epochs, cfg.optim.lr, cfg.optim.warmup_epochs, cfg.mae.unet_skips) == (800, 1.5e-4, 40, True)
     assert {100, 200, 400, 800} <= set(cfg.train.export_epochs)  # Figure 5's checkpoints, from paper.exports
     base_cfg = _cfg(base)
@@ -55,7 +55,7 @@ def test_mae_demo_is_a_few_cells_of_the_cpu_demo_on_the_default(tmp_path):
     jobs, skipped = plan(load_experiment("mae-table2"), "demo", tmp_path)
     runs = {j.name: _cfg(j) for j in jobs if j.kind == "run"}
     assert sorted(runs) == ["pretrain-vit_base-0.6", "pretrain-vit_base-1.0", "pretrain-vit_base-mae"]
-    assert all((c.choices.recipe, c.data.name, c.model.arch) == ("mae-demo", "default", "vit_tiny")
+    assert all((c.choices.recipe, c.data.name, c.model.arch) == ("demo", "default", "vit_tiny")
                for c in runs.values())
     evals = [j for j in jobs if j.kind == "eval"]
     assert {j.labels["epoch"] for j in evals} == {"20"} and len(evals) == 6
@@ -89,7 +89,7 @@ def test_the_zero_init_ablation_and_figure2_train_what_the_seed_describes(tmp_pa
     assert sorted(runs) == [f"pretrain-{a}-{z}" for a in ("0.5", "0.6", "0.7") for z in ("off", "on")]
     for name, cfg in runs.items():
         assert (cfg.model.residual, cfg.model.init, cfg.model.arch, cfg.choices.recipe) == (
-            "decayed", "mae", "vit_base", "mae-paper")
+            "decayed", "mae", "vit_base", "paper")
         assert cfg.model.decay.zero_init is name.endswith("-on") and cfg.diagnostics.signals_every_n_steps > 0
     history = next(r for r in load_experiment("mae-zero-init").report if r["kind"] == "history")
     assert "watch/signals/token_norm/block11" in history["tags"]

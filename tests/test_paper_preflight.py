@@ -101,12 +101,12 @@ def test_the_estimate_is_epochs_times_images_times_flops_over_peak_times_mfu(mon
     assert e.hours == pytest.approx(300 * 1_281_167 * 123.8e9 / (989.5e12 * 0.09) / 3600)  # 148.5
     assert e.hours == pytest.approx(148.5, abs=0.1) and e.record()["images"] == 384_350_100
     monkeypatch.setattr(gpu_hours, "step_flops", lambda method, cfg, classes: 105.4e9 if classes == 1000 else 0)
-    cfg = load_config("train", ["dataset=imagenet", "data.root=data/imagenet"])
+    cfg = load_config("train", ["data=imagenet", "data.root=data/imagenet"])
     got = estimate("train", cfg, settings)
     assert (got.method, got.dataset, got.epochs, got.mfu, got.peak_tflops) == \
         ("supervised", "imagenet", 300, 0.14, 989.5)
     assert got.hours == pytest.approx(300 * 1_281_167 * 105.4e9 / (989.5e12 * 0.14) / 3600)
-    tiny = load_config("train", ["dataset=tiny-imagenet", "data.root=/somewhere/tiny"])  # not under data/: data.name
+    tiny = load_config("train", ["data=tiny-imagenet", "data.root=/somewhere/tiny"])  # not under data/: data.name
     assert estimate("train", tiny, settings).dataset == "tiny-imagenet"
     del settings["datasets"]["tiny-imagenet"]
     assert estimate("train", tiny, settings).startswith("no estimate: tiny-imagenet")
@@ -119,7 +119,7 @@ def test_a_tiny_experiment_preflights_end_to_end(tmp_path, capsys):
     exps = _experiment(tmp_path / "exps", "tiny", {
         "title": "tiny",
         "runs": {"entry": "train", "axes": {"model": {"skip": ["model=skip"]}},
-                 "scales": {"full": ["dataset=digits", "train.epochs=3"]}},
+                 "scales": {"full": ["data=digits", "train.epochs=3"]}},
         "evaluations": {"knn": {"entry": "knn", "scales": {"full": ["dataset=digits", "device=cpu"]},
                                 "result": "*/knn-*.json", "metric": "top1"}}})
     out = run(_preflight("exp=tiny", f"experiments={exps}", f"preflight.root={tmp_path / 'pf'}",

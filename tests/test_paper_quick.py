@@ -58,10 +58,10 @@ def test_a_file_may_name_its_own_quick_cells(tmp_path):
 
     experiment = {"title": "t", "runs": {"entry": "train", "axes": {"model": {
         "skip": ["model=skip"], "skipless": {"demo": ["model=skipless"], "quick": ["model=skipless-plain"]},
-        "osa": {"full": ["model=osa"]}}}, "scales": {"demo": ["dataset=default"]}}}
+        "osa": {"full": ["model=osa"]}}}, "scales": {"demo": ["data=default"]}}}
     (tmp_path / "mine.yaml").write_text(yaml.safe_dump(experiment))
     loaded = load_experiment("mine", tmp_path)
     jobs, skipped = plan(loaded, "quick", tmp_path / "q")
     assert {j.labels["model"]: _cfg(j).model.residual for j in jobs} == {"skip": "skip", "skipless": "skipless"}
-    assert "model=skipless-plain" in jobs[1].overrides and "dataset=default" in jobs[0].overrides
+    assert "model=skipless-plain" in jobs[1].overrides and "data=default" in jobs[0].overrides
     assert skipped == [{"kind": "run", "model": "osa"}]

@@ -19,7 +19,7 @@ from paper.report_cells import number
 EXPERIMENT = {
     "title": "by hand", "source": "a test",
     "runs": {"entry": "train", "axes": {"model": {"skip": ["model=skip"], "skipless": ["model=skipless"]}},
-             "scales": {"demo": ["dataset=default"]}, "epochs": {"demo": [1]}},
+             "scales": {"demo": ["data=default"]}, "epochs": {"demo": [1]}},
     "evaluations": {"cond": {"entry": "conditioning", "result": "*/conditioning.json", "metric": "jacobian.value",
                              "axes": {"size": {"small": ["image_size=32"], "large": {"full": ["image_size=224"]}}}}},
     "report": [
@@ -155,7 +155,7 @@ def test_a_table_over_epochs_is_one_table_and_a_series_reads_each_runs_jsonl(tmp
     experiment = {
         "title": "over training", "source": "a test",
         "runs": {"entry": "train", "axes": {"model": {"skip": ["model=skip"], "skipless": ["model=skipless"]}},
-                 "scales": {"demo": ["dataset=default"]}, "epochs": {"demo": [2, 10]}},
+                 "scales": {"demo": ["data=default"]}, "epochs": {"demo": [2, 10]}},
         "evaluations": {"lin": {"entry": "linear", "result": "*/linear.json", "metric": "groups.last_cls.top1"}},
         "report": [
             {"kind": "table", "title": "probe", "evaluation": "lin", "rows": ["model"], "columns": ["epoch"],

@@ -26,7 +26,7 @@ def test_demo_header_shows_its_recipe():
 
 
 def test_paper_header_scales_the_lr_with_the_global_batch():
-    cfg = load_config("pretrain", ["data=imagenet", "model=skip", "optim=soap", "recipe=paper-dino300",
+    cfg = load_config("pretrain", ["data=imagenet", "model=skip", "optim=soap", "recipe=paper300",
                                    "train.devices=8", "train.num_nodes=2"])
     text = pretrain_header(cfg)
     for part in ("vit_small/16", "residual skip", "init timm,", "pooling token", "2 x 224 px + 8 x 96 px",
@@ -51,7 +51,7 @@ def test_peak_lr_is_lr_times_scale_times_global_batch_over_256(monkeypatch, devi
 
 @pytest.mark.parametrize("devices,nodes,steps", [(8, 1, 2), (4, 1, 4), (1, 1, 16), (8, 2, 1)])
 def test_the_paper_header_states_the_accumulation_of_its_global_batch(devices, nodes, steps):
-    """DINO's 1024 images per step (recipe/paper.yaml) on any number of devices: the lr stays that of 1024."""
+    """DINO's 1024 images per step (recipe/dino-paper.yaml) on any number of devices: the lr stays that of 1024."""
     cfg = load_config("pretrain", ["data=imagenet", "train.accelerator=cpu", f"train.devices={devices}",
                                    f"train.num_nodes={nodes}"])
     world = devices * nodes

@@ -51,10 +51,10 @@ def _get(cfg, key):
     return list(value) if hasattr(value, "__len__") and not isinstance(value, str) else value
 
 
-@pytest.mark.parametrize("choice", [[], ["train-recipe=osa-mnist"]])
+@pytest.mark.parametrize("choice", [[], ["recipe=osa-mnist"]])
 def test_the_recipe_is_appendix_e_key_by_key_and_the_default_of_digits(choice):
-    cfg = load_config("train", ["dataset=digits", "model=skip", *choice])
-    assert cfg.choices["train-recipe"] == "osa-mnist"
+    cfg = load_config("train", ["data=digits", "model=skip", *choice])
+    assert cfg.choices["recipe"] == "osa-mnist"
     assert {k: _get(cfg, k) for k in APPENDIX_E} == APPENDIX_E
     assert peak_lr(cfg) == 3e-4  # exactly: lr 3e-4 at batch 128 on one device
     assert cfg.optim.min_lr == 3e-4  # the cosine from 3e-4 to 3e-4: constant
@@ -63,14 +63,14 @@ def test_the_recipe_is_appendix_e_key_by_key_and_the_default_of_digits(choice):
 @pytest.mark.parametrize("model", ["skip", "skipless", "skipless-plain"])
 def test_the_recipe_leaves_the_model_presets_own_choices(model):
     """Every preset trains with the same optimisation; residual mode and init stay the preset's."""
-    preset = load_config("train", ["dataset=imagenet", f"model={model}"]).model
-    cfg = load_config("train", ["dataset=digits", f"model={model}"])
+    preset = load_config("train", ["data=imagenet", f"model={model}"]).model
+    cfg = load_config("train", ["data=digits", f"model={model}"])
     assert (cfg.model.residual, cfg.model.init, cfg.model.norm) == (preset.residual, preset.init, preset.norm)
     assert peak_lr(cfg) == 3e-4
 
 
 def test_training_images_get_the_identity_plus_normalisation_and_no_batch_mixing():
-    cfg = load_config("train", ["dataset=digits"])
+    cfg = load_config("train", ["data=digits"])
     digits = classification_split("digits", cfg.data.root, "train")
     train_tf, eval_tf = train_transform(cfg.aug), eval_transform(cfg.aug)
     torch.manual_seed(0)
@@ -83,7 +83,7 @@ def test_training_images_get_the_identity_plus_normalisation_and_no_batch_mixing
 
 
 def test_a_short_run_on_the_digits_finishes_with_val_accuracy_at_a_constant_lr(tmp_path):
-    cfg = load_config("train", ["dataset=digits", "model=skip", "model.depth=1", "train.epochs=1",
+    cfg = load_config("train", ["data=digits", "model=skip", "model.depth=1", "train.epochs=1",
                                 "train.limit_train_batches=3", "train.limit_val_batches=1",
                                 "train.log_every_n_steps=1", f"run.root={tmp_path / 'runs'}"])
     trainer, module = train(cfg)
@@ -98,9 +98,9 @@ def test_a_short_run_on_the_digits_finishes_with_val_accuracy_at_a_constant_lr(t
 
 
 def test_an_unknown_dataset_is_one_sentence_that_lists_digits(tmp_path, capsys):
-    for override in ("dataset=svhn", "data.name=svhn"):
+    for override in ("data=svhn", "data.name=svhn"):
         root = tmp_path / "runs"
-        code = main([f"run.root={root}", "dataset=digits", override] if override.startswith("data.")
+        code = main([f"run.root={root}", "data=digits", override] if override.startswith("data.")
                     else [f"run.root={root}", override])
         err = capsys.readouterr().err.strip()
         assert code == 1 and "svhn" in err and "digits" in err and err.count("\n") == 0, err

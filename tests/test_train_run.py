@@ -77,7 +77,7 @@ def test_presets_train_validate_and_export_a_backbone_evaluators_read(tmp_path, 
 
 def test_the_paper_init_is_the_supervised_one(tmp_path, data_root):
     """Section 6.1: the supervised ViT-B's cutskip values are alpha 2, beta 0.6, c 3 (not DINO's 1.8 / 1 / 3)."""
-    cfg = load_config("train", ["dataset=imagenet"])
+    cfg = load_config("train", ["data=imagenet"])
     assert cfg.model.arch == "vit_base" and cfg.model.drop_path_rate == 0.0
     module = Supervised(load_config("train", [*TINY]), num_classes=10)
     args = module.backbone.skipless_args["init_args"]
@@ -162,7 +162,7 @@ def test_divergence_stops_with_the_sentence_and_keeps_the_last_checkpoint(tmp_pa
 @pytest.mark.parametrize("override,words", [
     ("aug.image_size=30", "aug.image_size=30 is not a multiple of model.patch_size=16"),
     ("aug.label_smoothing=1.5", "aug.label_smoothing"),
-    ("dataset=nope", "unknown dataset 'nope'"),
+    ("data=nope", "unknown data 'nope'"),
     ("train.val_every_n_epochs=0", "train.val_every_n_epochs"),
 ])
 def test_bad_values_are_one_sentence_before_anything_is_written(tmp_path, capsys, override, words):
@@ -187,8 +187,8 @@ def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_
                 Image.new("RGB", (40, 40), (255 * c, 40 * i, 90)).save(folder / f"{wnid}_{i}.JPEG")
     bad = root / "train" / "n01440764" / "n01440764_1.JPEG"
     bad.write_bytes(bad.read_bytes()[:40])
-    cfg = load_config("train", [*(o for o in TINY if not o.startswith("data.")), "dataset=imagenet", f"data.root={root}", f"run.root={tmp_path / 'runs'}",
-                                "train.epochs=1", "train-recipe=demo", "aug.image_size=32"])
+    cfg = load_config("train", [*(o for o in TINY if not o.startswith("data.")), "data=imagenet", f"data.root={root}", f"run.root={tmp_path / 'runs'}",
+                                "train.epochs=1", "recipe=demo", "aug.image_size=32"])
     train(cfg)
     assert f"each counted and named once:\n  {bad}\n" in capsys.readouterr().out
     summary = json.loads((run_dir_of(cfg) / "summary.json").read_text())
@@ -203,5 +203,5 @@ def test_training_and_the_evaluators_look_for_a_dataset_in_the_same_place(monkey
 
     monkeypatch.delenv("DATA_ROOT", raising=False)
     for name in READERS:
-        train_root = load_config("train", [f"dataset={name}"]).data.root
+        train_root = load_config("train", [f"data={name}"]).data.root
         assert train_root == data_root(load_config("knn", [f"dataset={name}"])), name

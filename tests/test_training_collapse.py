@@ -180,7 +180,7 @@ def test_a_supervised_run_that_learns_nothing_is_at_chance_once_warmed_up(tmp_pa
 def test_a_supervised_run_that_learns_is_not_flagged(tmp_path, capsys):
     """The digits with Xavier's init (the OSA paper's ViT, seeds/004 Appendix E) learn within one epoch
     of 44 steps: validation loss 1.85 against chance 2.30, no class above 29% of the predictions."""
-    cfg = load_config("train", ["dataset=digits", "model=skip", "model.init=xavier", "model.depth=2", "train.epochs=1",
+    cfg = load_config("train", ["data=digits", "model=skip", "model.init=xavier", "model.depth=2", "train.epochs=1",
                                 "train.batch_size_per_device=32", "optim.lr=8e-3", "optim.min_lr=1e-4",
                                 f"run.root={tmp_path}"])
     trainer, _ = train(cfg)

@@ -7,9 +7,11 @@
    A default may instead follow an earlier group's choice, written as a small table:
    ``recipe: {data=default: demo, otherwise: paper}`` picks ``demo`` when ``data`` is ``default``;
    a row may name several (``"ssl=mae,data=default": mae-demo``), all of which must hold. A table row
-   ``per: <earlier group>`` makes the group's choices belong to that group's: ``recipe=demo`` under
-   ``ssl=mae`` reads ``recipe/mae-demo.yaml`` when it exists, else ``recipe/demo.yaml`` (so a recipe is
-   a method x a scale, and ``RECIPE=demo`` or ``RECIPE=paper`` means the chosen method's).
+   ``per: <earlier group>`` makes the group's files belong to that group's choices: ``recipe=demo`` under
+   ``ssl=mae`` reads ``recipe/mae-demo.yaml``; ``per: <name>`` that is no group (``per: supervised``)
+   names the one method of the entry point. So a recipe is a method x a scale, and ``RECIPE=demo`` or
+   ``RECIPE=paper`` means the chosen method's; another method's recipe is never read. ``choices`` records
+   the scale (``recipe: demo``; the method is ``ssl``'s).
 2. Each chosen group file ``configs/<group>/<choice>.yaml`` is merged over the defaults, in the order
    of the ``defaults:`` mapping. Group files hold full paths (``model: {residual: skipless}``); by
    rule a group sets only its own section, except a recipe, which names a run's scale across sections.
@@ -34,6 +36,11 @@ from .atomic import atomic_write
 from .errors import SkiplessError, exit_on_user_error
 
 CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
+
+
+# Groups that had another name at an entry point: ``make train`` chose ``dataset=`` and ``train-recipe=``
+# before every training entry point said ``data=`` and ``recipe=``.
+RENAMED_GROUPS = {"dataset": "data", "train-recipe": "recipe"}
 
 
 class ConfigError(SkiplessError, ValueError):
@@ -100,14 +107,13 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     cfg, chosen = base, {}
     for group in groups:
         choice = choices[group] if group in choices else _default_choice(group, defaults[group], chosen)
-        scope = _scope_of(defaults[group])
-        if scope is not None and (config_dir / group / f"{chosen.get(scope)}-{choice}.yaml").is_file():
-            choice = f"{chosen[scope]}-{choice}"  # recipe=demo under ssl=mae: recipe/mae-demo.yaml
-        path = config_dir / group / f"{choice}.yaml"
+        owner = _owner_of(defaults[group], chosen)
+        stem = choice if owner is None else _owned_choice(group, choice, owner, config_dir)
+        path = config_dir / group / f"{stem}.yaml"
         if not path.is_file():
             raise ConfigError(f"unknown {group} {choice!r}; expected one of: {', '.join(available(group, config_dir))}")
         cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
-        chosen[group] = choice
+        chosen[group] = stem if owner is None else stem[len(owner) + 1:]  # a method's recipe: its scale
     cfg.choices = chosen
     OmegaConf.set_struct(cfg, True)
     for item in rest:
@@ -117,6 +123,8 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
         except (ConfigKeyError, ConfigAttributeError) as err:
             close = difflib.get_close_matches(key, _leaf_keys(cfg), n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
+            if key.split(".")[0] in RENAMED_GROUPS:
+                hint = f"; the group is named {RENAMED_GROUPS[key.split('.')[0]]}= now"
             raise ConfigError(f"unknown config key {key!r} for {entry}{hint}") from err
     try:
         OmegaConf.resolve(cfg)
@@ -131,9 +139,30 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     return cfg
 
 
-def _scope_of(default) -> str | None:
-    """The earlier group a group's choices belong to (``per: ssl`` in its default's table), or None."""
-    return str(default["per"]) if isinstance(default, DictConfig) and "per" in default else None
+def _owner_of(default, chosen: dict[str, str]) -> str | None:
+    """The method a group's files belong to: the choice of the earlier group that ``per:`` names in its
+    default's table (``per: ssl`` -> ``mae``), the name itself when it is no group (``per: supervised``),
+    or None (a group of plain choices)."""
+    if not (isinstance(default, DictConfig) and "per" in default):
+        return None
+    per = str(default["per"])
+    return chosen.get(per, per)
+
+
+def owned_choices(group: str, owner: str, config_dir: Path | str = CONFIG_DIR) -> list[str]:
+    """The choices of a group owned per method that belong to ``owner``: ``recipe/mae-*.yaml`` -> the
+    scales ``demo``, ``paper``."""
+    return [name[len(owner) + 1:] for name in available(group, Path(config_dir)) if name.startswith(f"{owner}-")]
+
+
+def _owned_choice(group: str, choice: str, owner: str, config_dir: Path) -> str:
+    """The file stem of ``choice`` in a group owned per method: ``<owner>-<choice>`` (``recipe=demo`` under
+    ``ssl=mae`` -> ``mae-demo``); the full stem is taken too. Another owner's file is refused."""
+    for stem in (f"{owner}-{choice}", choice if choice.startswith(f"{owner}-") else None):
+        if stem is not None and (config_dir / group / f"{stem}.yaml").is_file():
+            return stem
+    raise ConfigError(f"unknown {group} {choice!r} for {owner}; expected one of: "
+                      f"{', '.join(owned_choices(group, owner, config_dir)) or '(none)'} (configs/{group}/{owner}-<name>.yaml)")
 
 
 def _default_choice(group: str, default, chosen: dict[str, str]) -> str:

@@ -57,7 +57,7 @@ def train_header(plan: RunPlan, train_size: int, val_size: int, num_classes: int
     mix = (f"mixup {a.mixup:g} / cutmix {a.cutmix:g}" if (a.mixup > 0 or a.cutmix > 0) else "no mixup/cutmix")
     return "\n".join([
         f"skipless train: model={m.name} optim={o.name} dataset={cfg.data.name} "
-        f"recipe={cfg.choices.get('train-recipe', '-')} -> {run_dir}",
+        f"recipe={cfg.choices.get('recipe', '-')} -> {run_dir}",
         f"  model    {describe_model(m)}",
         f"  data     {train_size} train / {val_size} val images, {num_classes} classes, {a.image_size} px; "
         f"RandAugment {a.auto_augment or 'off'}, {mix}, label smoothing {a.label_smoothing:g}, "

@@ -5,7 +5,8 @@ this module knows none of its keys.
 
 ``default``: the embedded generated scenes (VOC layout, generated on first use); pretraining reads
 the train split's images, and the k-NN monitor labels train and val images with their dominant
-object class. ``imagenet``: an ImageNet-style folder at ``cfg.data.root`` (labels unused).
+object class. ``imagenet``: the images of an ImageNet-style folder, ``cfg.data.root``'s ``train/`` when it has
+one, else the root itself (labels unused).
 
 The loader is checked against the dataset before any trainer or run folder exists: a dataset with
 fewer images than one batch per device is refused in one sentence. A batch of the loader is what one
@@ -18,6 +19,7 @@ loader drops the last partial batch. Its dataset is wrapped in a
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -48,9 +50,17 @@ def pretrain_dataset(cfg: DictConfig, transform: Callable, split: str = "train")
         root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,
                               seed=cfg.data.seed)
         return VOCImages(root, split, transform=aug)
-    images = ImageFolderDataset(cfg.data.root, transform=aug)
+    images = ImageFolderDataset(image_folder_of(cfg.data.root), transform=aug)
     images.check_readable()  # a folder of only unreadable files: one sentence now, not a worker traceback
     return images
+
+
+def image_folder_of(root: str | os.PathLike) -> Path:
+    """The folder of pretraining images under an ImageNet-style ``root``: its ``train/`` when it has one
+    (the root supervised training reads, ``configs/data/imagenet.yaml``), else ``root`` itself (a folder
+    of images or class folders, or a ``train/`` named directly)."""
+    root = Path(root)
+    return root / "train" if (root / "train").is_dir() else root
 
 
 class SkipTally(Dataset):

@@ -28,7 +28,7 @@ What the reader serves:
   train: 1,438 train / 359 val images, the same split on every call and every machine.
 - labels: sklearn's targets 0..9; class names "0".."9".
 - ``root``: not read. The data come from the installed scikit-learn, so the reader never looks
-  at the path it is given and a missing folder is no error; ``configs/dataset/digits.yaml`` keeps
+  at the path it is given and a missing folder is no error; ``configs/data/digits.yaml`` keeps
   ``data.root`` only because every dataset has that key (it names ``data/digits``, the folder the
   evaluators would otherwise default to, and nothing is written there).
 """

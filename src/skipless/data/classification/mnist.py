@@ -19,7 +19,7 @@ What the reader serves:
 - images: the stored grey values 0..255 as they are, 28 x 28 (no resampling, unlike the digits), the grey
   plane replicated to 3 identical channels because the patch embedding takes RGB; held in memory as
   ``(N, 28, 28, 3)`` uint8 (141 MB for train; forked DataLoader workers share it). How they enter the
-  ViT is the recipe's (``configs/train-recipe/osa-mnist.yaml``, Appendix E): no augmentation, the
+  ViT is the recipe's (``configs/recipe/supervised-osa-mnist.yaml``, Appendix E): no augmentation, the
   suite's per-channel ImageNet normalisation, patch 4 on 28 x 28: 7 x 7 patches + CLS = 50 tokens, the
   paper's n = 50.
 - labels: the stored bytes, 0..9; class names "0".."9". A label outside 0..9 stops the run.

@@ -237,7 +237,7 @@ def write_mnist_layout(folder: Path, scenes: list[Scene], sizes: FakeSizes) -> N
 
 
 # The folder each layout is written to: the arrangement of data/README.md, which the configs' default
-# roots name (data.root of data=imagenet is data/imagenet/train, $IMAGENET100_ROOT's default data/imagenet100 ...).
+# roots name (data.root of data=imagenet is data/imagenet, whose train/ pretraining reads; $IMAGENET100_ROOT's default data/imagenet100 ...).
 ARRANGEMENT: dict[str, Callable[[Path, list[Scene], FakeSizes], None]] = {
     "imagenet": write_imagenet,
     "imagenet100": write_imagenet,

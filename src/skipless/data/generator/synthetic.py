@@ -19,7 +19,7 @@ DINO nor a supervised ViT learnt the classes within the ~250 steps of the CPU de
 random floor, about 0.11). Version 6 gives each class a hue band again and makes the first object
 dominant: a random backbone's k-NN is then about 0.23-0.26 (colour survives random features), and
 the CPU demo's DINO run reaches about 0.35 with the centred skipless init and mean-token pooling of
-``configs/recipe/demo.yaml``. Shape and texture remain a second cue for longer runs.
+``configs/recipe/dino-demo.yaml``. Shape and texture remain a second cue for longer runs.
 
 The scenes are written exactly like PASCAL VOC 2012 (JPEGs, palette PNG masks with a void band
 along object boundaries, XML boxes, ImageSets lists; also ``SegmentationObject/``), so that the
