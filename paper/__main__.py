@@ -25,6 +25,7 @@ from .local import elapsed, run_local
 from .preflight import FULL, run_preflight
 from .report import write_report
 from .slurm import run_overrides, slurm_available, submit_slurm
+from .theory import NAME as THEORY, write_theory_report
 
 CLUSTERS = ("auto", "local", "slurm")
 
@@ -39,7 +40,7 @@ def check_settings(cfg: DictConfig) -> str:
     """The cluster to use; one sentence for a setting that cannot work."""
     if not cfg.exp:
         raise ConfigError(f"name an experiment: make paper EXP=<name> (exp=<name>); known: "
-                          f"{', '.join(known_experiments(experiments_dir(cfg)))}")
+                          f"{', '.join(known_experiments(experiments_dir(cfg)))}, {THEORY} (paper/theory.py)")
     if cfg.scale not in SCALES:
         raise ConfigError(f"scale={cfg.scale} is not a scale; expected one of {', '.join(SCALES)}")
     if cfg.preflight.enabled:  # always here, whatever cluster says: it is what runs before a cluster
@@ -59,6 +60,9 @@ def check_settings(cfg: DictConfig) -> str:
 
 
 def run(cfg: DictConfig, say=print) -> dict:
+    if cfg.exp == THEORY:  # no training: the seeds' claims computed here, at every scale (paper/theory.py)
+        say(f"report: {write_theory_report(Path(cfg.root), say)}")
+        return {}
     cluster = check_settings(cfg)
     experiment = load_experiment(cfg.exp, experiments_dir(cfg))
     if cfg.preflight.enabled:
