@@ -57,12 +57,15 @@ PRETRAIN_ARGS = $(call opt,ssl,$(SSL)) $(call opt,model,$(MODEL)) $(call opt,opt
 TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+FINETUNE_ARGS = $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) $(call opt,recipe,$(RECIPE)) \
+  $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
+  $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 # The scales of one method's recipes: recipe/<method>-<scale>.yaml -> <scale>.
 scales = $(subst $(eval) ,|,$(sort $(patsubst $(1)-%,%,$(basename $(notdir $(wildcard configs/recipe/$(1)-*.yaml))))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain train probe tokencut pca conditioning knn linear tsne paper bench tensorboard test clean
+.PHONY: help setup data pretrain train finetune probe tokencut pca conditioning knn linear tsne paper bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -127,6 +130,9 @@ pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= O
 
 train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
+
+finetune: $(STAMP) ## end-to-end fine-tuning of the backbone CKPT names (default: the newest run): CKPT= DATA= RECIPE= OPT= GPUS= RESUME= ARGS=
+	$(PY) -m skipless.finetune $(call popt,finetune.ckpt,$(CKPT)) $(FINETUNE_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATA= MULTISCALE= LAYER= CKPT= ARGS=
 	$(PY) -m eval.probe $(call opt,dataset,$(DATA_NAME)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \

@@ -210,10 +210,13 @@ def test_ssl_groups_set_the_method_its_own_section_and_recipe_values_only():
 
 
 # The recipes written for each method: each states (with its ssl/ file) every recipe value.
-METHOD_RECIPES = {"dino": ["demo", "paper", "paper300"], "mae": ["demo", "paper"], "supervised": ["demo", "paper", "osa-mnist"]}
+METHOD_RECIPES = {"dino": ["demo", "paper", "paper300"], "mae": ["demo", "paper"],
+                  "supervised": ["demo", "paper", "osa-mnist"], "finetune": ["demo", "paper"]}
+SUPERVISED_ENTRIES = ("supervised", "finetune")  # make train's recipes, and make finetune's on train.yaml
 
 
-@pytest.mark.parametrize("ssl, recipe", [(m, r) for m, rs in METHOD_RECIPES.items() for r in rs if m != "supervised"])
+@pytest.mark.parametrize("ssl, recipe", [(m, r) for m, rs in METHOD_RECIPES.items() for r in rs
+                                         if m not in SUPERVISED_ENTRIES])
 def test_every_method_states_every_recipe_value_for_each_of_its_recipes(ssl, recipe):
     cfg = load_config("pretrain", [f"ssl={ssl}", f"recipe={recipe}", "data=imagenet", "optim=soap"])
     assert not OmegaConf.missing_keys(cfg)
@@ -253,8 +256,17 @@ def test_a_recipe_is_a_method_times_a_scale(scale):
 
 
 def entry_keys_of(method: str) -> dict:
-    """The keys a recipe of ``method`` may set: pretrain.yaml's and the methods' sections, or train.yaml's."""
-    return flat(OmegaConf.load(CONFIG_DIR / "train.yaml")) if method == "supervised" else pretrain_keys()
+    """The keys a recipe of ``method`` may set, with their defaults: pretrain.yaml's and the methods' sections,
+    train.yaml's, or train.yaml's with finetune.yaml's over them."""
+    if method not in SUPERVISED_ENTRIES:
+        return pretrain_keys()
+    keys = flat(OmegaConf.load(CONFIG_DIR / "train.yaml"))
+    if method == "finetune":
+        own = OmegaConf.load(CONFIG_DIR / "finetune.yaml")
+        own.pop("defaults")
+        own.pop("base")
+        keys.update(flat(own))
+    return keys
 
 
 def test_every_recipe_belongs_to_a_method_and_sets_no_data_or_run_keys_and_only_its_entrys_keys():
@@ -278,14 +290,14 @@ def test_no_group_file_restates_a_value_of_pretrain_yaml():
             keys = flat(OmegaConf.load(path))
             # a recipe is compared with the defaults of its own method (another method's values are not its)
             method = path.stem.split("-")[0] if group == "recipe" else None
-            against = (base if method is None else entry_keys_of(method) if method == "supervised"
+            against = (base if method is None else entry_keys_of(method) if method in SUPERVISED_ENTRIES
                        else {**shared, **flat(OmegaConf.load(CONFIG_DIR / "ssl" / f"{method}.yaml"))})
             restated = {k: v for k, v in keys.items() if k in against and against[k] == v}
             assert not restated, f"{group}/{path.name} restates {restated}"
     for key in ("model.init_args.alpha", "model.alpha_min", "model.lr.adamw", "model.lr.soap",
                 "model.drop_path_rate", "model.init"):
         setters = [p.name for g in ("model", "recipe") for p in (CONFIG_DIR / g).glob("*.yaml")
-                   if key in flat(OmegaConf.load(p)) and not p.stem.startswith("supervised-")]  # pretraining's
+                   if key in flat(OmegaConf.load(p)) and not p.stem.startswith(("supervised-", "finetune-"))]
         # cutskip, osa's own init, and the MAE recipes' (He et al.'s initialize_weights)
         init_setters = ["mae-demo.yaml", "mae-paper.yaml", "osa.yaml", "skipless-centered.yaml", "skipless.yaml"]
         assert sorted(setters) == (init_setters if key == "model.init" else []), (key, setters)
@@ -384,3 +396,19 @@ def test_imagenet_is_one_root_for_pretraining_and_training(tmp_path):
     assert image_folder_of(tmp_path) == tmp_path  # a folder of images, or a train/ named directly
     (tmp_path / "train").mkdir()
     assert image_folder_of(tmp_path) == tmp_path / "train"
+
+
+def test_an_entry_may_build_on_another_and_choose_its_own_groups(tmp_path):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "h").mkdir()
+    (tmp_path / "g" / "x.yaml").write_text("v: 1\n")
+    (tmp_path / "h" / "y.yaml").write_text("w: 5\n")
+    (tmp_path / "low.yaml").write_text("defaults:\n  g: x\nv: 0\nw: 0\nu: 7\n")
+    (tmp_path / "high.yaml").write_text("base: low\ndefaults:\n  h: y\nu: 8\n")
+    high = load_config("high", [], config_dir=tmp_path)
+    assert (high.v, high.w, high.u, dict(high.choices)) == (0, 5, 8, {"h": "y"})  # low's g is not chosen
+    assert load_config("low", [], config_dir=tmp_path).v == 1
+    (tmp_path / "low.yaml").write_text("base: high\nv: 0\n")
+    with pytest.raises(ConfigError, match=r"^configs/high.yaml is its own base \(through high -> low\)"):
+        load_config("high", [], config_dir=tmp_path)
+    assert flat(load_config("finetune", ["model.name=any", "model.residual=skip"]))["aug.mixup"] == 0.0

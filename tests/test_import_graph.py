@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),                                  # trainer, callbacks, loaders, run folders: no method
     ("ssl", "supervised"),                          # the methods: ssl/<name>/ (DINO, MAE), the classifier
     ("pretrain", "train", "tensorboard_page"),      # the entry points
+    ("finetune",),                                  # make train's run, from a checkpoint's backbone
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 

@@ -17,7 +17,9 @@
    rule a group sets only its own section, except a recipe, which names a run's scale across sections.
 3. Struct mode is switched on, then the remaining CLI items are applied: a key that does not exist
    is an error that names it (and the closest existing keys), never a silently ignored typo.
-4. ``save_config`` writes the resolved result next to the run; ``load_saved_config`` reads it back.
+4. An entry may build on another: ``base: train`` in ``finetune.yaml`` takes ``train.yaml``'s keys, merges
+   its own over them and chooses its own groups (``_entry_file``).
+5. ``save_config`` writes the resolved result next to the run; ``load_saved_config`` reads it back.
 
 Modelled on dinov2's ``utils/config.py``, without Hydra.
 """
@@ -100,7 +102,7 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     if not base_path.is_file():
         entries = sorted(p.stem for p in config_dir.glob("*.yaml"))
         raise ConfigError(f"no config for entry point {entry!r}; expected one of: {', '.join(entries)}")
-    base = OmegaConf.load(base_path)
+    base = _entry_file(config_dir, entry)
     defaults = base.pop("defaults", None) or {}
     groups = list(defaults.keys())
     choices, rest = _split_overrides(overrides, groups)
@@ -137,6 +139,24 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
                           f"{'it' if len(missing) == 1 else 'them'} from the chosen groups (a method states its "
                           f"own recipe values: configs/ssl/<method>.yaml and its recipe/ files) or as key=value")
     return cfg
+
+
+def _entry_file(config_dir: Path, entry: str, seen: tuple[str, ...] = ()) -> DictConfig:
+    """``configs/<entry>.yaml``, over the entry it names as ``base:`` when it names one (``finetune.yaml``:
+    ``base: train``): the base's keys with this file's merged over them, and this file's ``defaults:``
+    instead of the base's (an entry chooses its own groups)."""
+    if entry in seen:
+        raise ConfigError(f"configs/{entry}.yaml is its own base (through {' -> '.join(seen)}); expected a chain "
+                          "of base: entries that ends")
+    own = OmegaConf.load(config_dir / f"{entry}.yaml")
+    parent = own.pop("base", None)
+    if parent is None:
+        return own
+    if not (config_dir / f"{parent}.yaml").is_file():
+        raise ConfigError(f"configs/{entry}.yaml names base: {parent}, which has no configs/{parent}.yaml")
+    below = _entry_file(config_dir, str(parent), (*seen, entry))
+    below.pop("defaults", None)
+    return OmegaConf.merge(below, own)
 
 
 def _owner_of(default, chosen: dict[str, str]) -> str | None:

@@ -1,4 +1,4 @@
-"""Supervised training: ``python -m skipless.train [model=skipless] [optim=soap] [dataset=cifar10] [key=value ...]``.
+"""Supervised training: ``python -m skipless.train [model=skipless] [optim=soap] [data=cifar10] [key=value ...]``.
 
 Flow, as pretraining's (``pretrain.py``): config (``configs/train.yaml`` + groups) checked -> run folder
 ``runs/<name>/`` (resolved ``config.yaml``, TensorBoard events, ``checkpoints/last.ckpt``,
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
+from torch import nn
 
 from .config import load_config
 from .errors import SkiplessError, user_message
@@ -38,33 +39,37 @@ def run_dir_of(cfg: DictConfig) -> Path:
     return Path(cfg.run.root) / name
 
 
-def check_config(cfg: DictConfig) -> RunPlan:
+def check_config(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     """Every key checked (``supervised/schema.py``), the GPUs asked for visible and the global batch a
-    whole number of micro-batches on them (``world.py``), and the run folder writable, before anything is
-    written; then the run resolved once (``training/run_plan.py``)."""
+    whole number of micro-batches on them (``world.py``), and the run folder (``run_dir``, by default
+    ``run_dir_of(cfg)``) writable, before anything is written; then the run resolved once
+    (``training/run_plan.py``)."""
     check_train_config(cfg)
     check_gpus_visible(cfg)
     check_global_batch(cfg)
-    run_dir = run_dir_of(cfg)
+    run_dir = run_dir_of(cfg) if run_dir is None else run_dir
     check_run_folder(run_dir)
     return plan_run(cfg, run_dir)
 
 
-def train_header(plan: RunPlan, train_size: int, val_size: int, num_classes: int) -> str:
-    """The lines ``make train`` prints before it starts."""
+def train_header(plan: RunPlan, train_size: int, val_size: int, num_classes: int, start: str = "") -> str:
+    """The lines ``make train`` (and ``make finetune``, whose ``start`` line says what it starts from) prints
+    before it starts."""
     cfg, run_dir = plan.cfg, plan.run_dir
     m, o, t, a = cfg.model, cfg.optim, cfg.train, cfg.aug
     mix = (f"mixup {a.mixup:g} / cutmix {a.cutmix:g}" if (a.mixup > 0 or a.cutmix > 0) else "no mixup/cutmix")
+    decay = f", layer decay {float(o.layer_decay):g}" if float(o.layer_decay) != 1.0 else ""
     return "\n".join([
-        f"skipless train: model={m.name} optim={o.name} dataset={cfg.data.name} "
+        f"skipless {'finetune' if start else 'train'}: model={m.name} optim={o.name} data={cfg.data.name} "
         f"recipe={cfg.choices.get('recipe', '-')} -> {run_dir}",
+        *([f"  from     {start}"] if start else []),
         f"  model    {describe_model(m)}",
         f"  data     {train_size} train / {val_size} val images, {num_classes} classes, {a.image_size} px; "
         f"RandAugment {a.auto_augment or 'off'}, {mix}, label smoothing {a.label_smoothing:g}, "
         f"random erasing {a.re_prob:g}",
         f"  train    {t.epochs} epochs, global batch {describe_batch(cfg)}, {o.name}, peak lr {peak_lr(cfg):.3g} = "
         f"{lr_key(cfg)} {float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} x {global_batch(cfg)}/256, "
-        f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}",
+        f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}{decay}",
         *memory_lines(m),
         f"  precision {plan.described_precision}",
         threads_line(cfg),
@@ -76,21 +81,24 @@ def train(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple
     return run_training(check_config(cfg), extra_callbacks)
 
 
-def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, Supervised]:
-    """Run (or resume) the supervised training ``check_config`` resolved; returns the trainer and the module."""
+def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
+                 backbone: Callable[[], nn.Module] | None = None, source: str = "") -> tuple[pl.Trainer, Supervised]:
+    """Run (or resume) the supervised training ``check_config`` resolved; returns the trainer and the module.
+    ``backbone``: builds the backbone to start from, after the run's seed is set (fine-tuning; None: drawn
+    from ``cfg.model``); ``source``: the header's line on where it comes from."""
     cfg, run_dir = plan.cfg, plan.run_dir
     torch.set_num_threads(plan.threads)
     with hold_run_folder(run_dir):
         start = prepare_run(cfg, run_dir)
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
         train_set, val_set = labelled_splits(cfg)
-        module = Supervised(cfg, train_set.num_classes)
+        module = Supervised(cfg, train_set.num_classes, None if backbone is None else backbone())
         loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
         trainer = build_trainer(plan, [SupervisedCollapse(), *extra_callbacks],
                                 check_val_every_n_epoch=cfg.train.val_every_n_epochs,
                                 limit_val_batches=cfg.train.limit_val_batches)
         if trainer.is_global_zero:
-            print(train_header(plan, len(train_set), len(val_set), train_set.num_classes), flush=True)
+            print(train_header(plan, len(train_set), len(val_set), train_set.num_classes, source), flush=True)
             record_start(cfg, run_dir, start)
         fit(trainer, module, loaders[0], ckpt_path=start.ckpt_path, val_loader=loaders[1])
     return trainer, module

@@ -1,6 +1,8 @@
-"""Which backbones an evaluator runs on: ``CKPT="runs/a runs/b random"`` -> loaded, frozen models.
+"""Which backbones a ``CKPT`` names: ``CKPT="runs/a runs/b random"`` -> loaded models.
 
-Every evaluator (probe, TokenCut, PCA) takes a ``ckpt`` setting with one or more items, separated
+The grammar of ``CKPT`` items, shared by every evaluator (``eval/shared/backbones.py`` takes it from here)
+and by fine-tuning (``make finetune``, which trains the backbone an item names). Every evaluator
+(probe, TokenCut, PCA) takes a ``ckpt`` setting with one or more items, separated
 by spaces or commas and quoted like a shell line where a path holds either (``split_items``):
 
 - a run folder (``runs/skipless-adamw-default``): its exported teacher ``backbone.pt``;
@@ -27,7 +29,8 @@ Results go to ``<run>/eval/`` of each checkpoint (``<run>/eval/backbone-epoch200
 a plain state dict to ``runs/<file stem>/eval`` and timm weights to ``runs/timm-<name>/eval``. With an
 output folder (every evaluator's ``out=<folder>``, e.g. for a backbone on a read-only disk) each
 backbone writes to ``<out>/<name>/`` instead (the random floor to ``<out>/random-<...>/``).
-Only the model part of skipless is imported here, never training code (evaluators never depend on how a backbone was trained).
+Only the model layer and below is imported here, never training code (evaluators never depend on how a
+backbone was trained).
 """
 from __future__ import annotations
 
@@ -40,12 +43,12 @@ from typing import Any, Sequence
 
 import torch
 
-from skipless.errors import SkiplessError
-from skipless.models import ARCHS, create_vit, freeze_for_eval, load_backbone
-from skipless.models.checkpoint import ArchRequiredError, BackboneLoadError, read_backbone_args
-from skipless.models.compile import compile_blocks
-from skipless.models.timm_weights import cached_weights, load_timm_backbone, timm_backbone_args
-from skipless.world import isolated_rng
+from ..errors import SkiplessError
+from ..world import isolated_rng
+from .checkpoint import ArchRequiredError, BackboneLoadError, load_backbone, read_backbone_args
+from .compile import compile_blocks
+from .timm_weights import cached_weights, load_timm_backbone, timm_backbone_args
+from .vit import ARCHS, create_vit, freeze_for_eval
 
 RANDOM = "random"
 TIMM_PREFIX = "timm:"
@@ -176,7 +179,7 @@ def _file_spec(item: str, runs_root: Path) -> BackboneSpec:
 
 def _init_overrides(item: str) -> tuple[str, tuple[str, ...]]:
     """``init:<model>[:<arch>]`` -> (label, the pretraining config overrides of that backbone)."""
-    from skipless.config import available
+    from ..config import available
 
     parts = item[len(INIT_PREFIX):].split(":")
     models = available("model")
@@ -190,8 +193,8 @@ def _init_overrides(item: str) -> tuple[str, tuple[str, ...]]:
 
 def init_args_of(overrides: Sequence[str]) -> dict[str, Any]:
     """The ``create_vit`` arguments of a model preset (``init:`` items), from the pretraining config."""
-    from skipless.config import load_config
-    from skipless.models.from_config import vit_args
+    from ..config import load_config
+    from .from_config import vit_args
 
     return vit_args(load_config("pretrain", list(overrides)).model)
 
@@ -250,32 +253,36 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
     return specs  # type: ignore[return-value]
 
 
+def spec_model(spec: BackboneSpec, seed: int = 0, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """The backbone of ``spec`` as it is stored, trainable, on the CPU (one built at initialisation drawn with
+    ``seed``, leaving the generators of the CPU and of ``device`` as they were): what ``load_spec`` freezes for
+    an evaluator and fine-tuning trains."""
+    if spec.kind == "init":
+        from ..config import load_config
+        from .from_config import vit_from_config
+
+        with isolated_rng(device):
+            torch.manual_seed(seed)
+            return vit_from_config(load_config("pretrain", list(spec.timm_name)).model)
+    if spec.is_random:
+        args = {k: v for k, v in spec.args.items() if k != "arch"}
+        with isolated_rng(device):
+            torch.manual_seed(seed)
+            return create_vit(spec.args["arch"], **args)
+    if spec.kind == "timm":
+        return load_timm_backbone(spec.timm_name)
+    if spec.kind == "state_dict":
+        return load_backbone(spec.path, map_location="cpu", arch=spec.args["arch"])
+    return load_backbone(spec.path, map_location="cpu")
+
+
 def load_spec(spec: BackboneSpec, device: str | torch.device = "cpu", seed: int = 0,
               compile: bool = False) -> torch.nn.Module:
     """The frozen backbone of ``spec`` on ``device`` (the random floor is built with ``seed``); its
     blocks compiled in place with ``compile`` (``skipless.models.compile``: eager on failure)."""
-    if spec.kind == "init":
-        from skipless.config import load_config
-        from skipless.models.from_config import vit_from_config
-
-        with isolated_rng(device):
-            torch.manual_seed(seed)
-            model = vit_from_config(load_config("pretrain", list(spec.timm_name)).model)
-    elif spec.is_random:
-        args = {k: v for k, v in spec.args.items() if k != "arch"}
-        with isolated_rng(device):
-            torch.manual_seed(seed)
-            model = create_vit(spec.args["arch"], **args)
-    elif spec.kind == "timm":
-        model = load_timm_backbone(spec.timm_name)
-    elif spec.kind == "state_dict":
-        model = load_backbone(spec.path, map_location="cpu", arch=spec.args["arch"])
-    else:
-        model = load_backbone(spec.path, map_location="cpu")
-    model = freeze_for_eval(model, device)
+    model = freeze_for_eval(spec_model(spec, seed, device), device)
     compile_blocks(model, compile)
     return model
-
 
 
 def backbone_key(spec: BackboneSpec, seed: int) -> dict[str, Any]:

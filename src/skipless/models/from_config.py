@@ -39,3 +39,34 @@ def vit_from_config(m: DictConfig, drop_path_rate: float = 0.0) -> SkiplessViT:
     with torch.no_grad():
         nn.init.trunc_normal_(model.cls_token, std=0.02)
     return model
+
+
+# create_vit's arguments -> the model section's keys: the inverse of vit_args for what a backbone file stores.
+# global_pool and drop_path_rate are left out: they are the choices of whoever trains the backbone next.
+_ARG_KEYS = {"arch": "arch", "residual": "residual", "init": "init", "attention": "attention",
+             "alpha_min": "alpha_min", "decay_indexing": "decay.indexing", "decay_branches": "decay.branches",
+             "decay_zero_init": "decay.zero_init", "pos_embed": "pos_embed", "pos_embed_interp": "pos_embed_interp",
+             "patch_size": "patch_size", "norm": "norm", "final_norm": "final_norm", "img_size": "img_size",
+             "depth": "depth"}
+_DICT_ARGS = {"init_args": "init_args", "attention_args": "attention_args", "token_graying": "token_graying"}
+NOT_ARCHITECTURE = ("global_pool", "drop_path_rate")
+# The model.* keys (and sections) that describe an architecture: whoever holds the weights decides them.
+ARCHITECTURE_KEYS = tuple(f"model.{k}" for k in (*_ARG_KEYS.values(), *_DICT_ARGS.values()))
+
+
+def model_keys_of(args: dict[str, Any]) -> dict[str, Any]:
+    """A backbone's ``create_vit`` arguments (``args``, as a backbone file stores them) as ``model.*`` keys of a
+    config section (``{"model.arch": "vit_tiny", "model.decay.indexing": "sub_block", ...}``), so that
+    ``vit_args`` of the section builds the same architecture. An argument this mapping does not know raises
+    ``KeyError`` naming it."""
+    keys: dict[str, Any] = {}
+    for name, value in args.items():
+        if name in NOT_ARCHITECTURE:
+            continue
+        if name in _DICT_ARGS:
+            keys.update({f"model.{_DICT_ARGS[name]}.{k}": v for k, v in (value or {}).items()})
+        elif name in _ARG_KEYS:
+            keys[f"model.{_ARG_KEYS[name]}"] = value
+        else:
+            raise KeyError(name)
+    return keys

@@ -31,7 +31,7 @@ from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
 from ..models.vit import create_vit
 from ..optim import optimizer_from_config
-from ..optim.param_groups import param_groups
+from ..optim.param_groups import layer_decay_groups, param_groups
 from ..optim.schedules import cosine_schedule
 from ..step_scalars import device_scalars
 from ..summary import peak_lr
@@ -51,20 +51,23 @@ class Supervised(pl.LightningModule):
     """Image classification with a linear head on the backbone's pooled feature.
 
     Args:
-        cfg: the resolved ``configs/train.yaml`` config.
+        cfg: the resolved ``configs/train.yaml`` config (or ``finetune.yaml``'s, built on it).
         num_classes: classes of the dataset (read from it by the entry point).
+        backbone: the backbone to train, built as ``cfg.model`` says with the weights it starts from
+            (fine-tuning: ``skipless/finetune.py``); None draws ``classifier_backbone(cfg.model)`` (from scratch).
     """
 
-    def __init__(self, cfg: DictConfig, num_classes: int) -> None:
+    def __init__(self, cfg: DictConfig, num_classes: int, backbone: nn.Module | None = None) -> None:
         super().__init__()
         self.cfg, self.num_classes = cfg, int(num_classes)
         self.schedules: dict[str, np.ndarray] = {}  # per optimizer step, from configure_optimizers
         self.automatic_optimization = False
-        self.backbone = classifier_backbone(cfg.model)
+        self.backbone = classifier_backbone(cfg.model) if backbone is None else backbone
         compile_in_place((self.backbone,), bool(cfg.train.compile))
         self.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))
         self.head = nn.Linear(self.backbone.embed_dim, self.num_classes)
-        nn.init.trunc_normal_(self.head.weight, std=0.02)  # timm's init of a ViT's classifier
+        # timm's init of a ViT's classifier (std 0.02); MAE's fine-tuning draws 2e-5 (model.head_init_std)
+        nn.init.trunc_normal_(self.head.weight, std=float(cfg.model.head_init_std))
         nn.init.zeros_(self.head.bias)
         self.mixer = batch_mixer(cfg.aug, self.num_classes)
         top5 = min(5, self.num_classes)
@@ -99,7 +102,9 @@ class Supervised(pl.LightningModule):
             "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
             "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
         }
-        return optimizer_from_config(o, param_groups(self), lr=float(self.schedules["lr"][0]))
+        groups = (param_groups(self) if float(o.layer_decay) == 1.0
+                  else layer_decay_groups(self.backbone, self.head, float(o.layer_decay)))
+        return optimizer_from_config(o, groups, lr=float(self.schedules["lr"][0]))
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         step, values, opt = start_step(self)

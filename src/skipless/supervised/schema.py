@@ -38,7 +38,13 @@ RULES.update({
     "aug.mixup_switch_prob": UNIT,
     "aug.label_smoothing": number(0, 1, high_open=True),
     "aug.eval_crop_pct": number(0, 1, low_open=True, high_open=False),  # 1: the whole image, no crop
+    "model.head_init_std": number(0, low_open=True),
+    "optim.layer_decay": number(0, 1, low_open=True, high_open=False),
     "train.val_every_n_epochs": integer(1),
+    # make finetune's own keys (configs/finetune.yaml, skipless/finetune.py)
+    "finetune.ckpt": optional(text("one CKPT item: a run folder, a backbone file, <state dict>:<arch>, timm:<name> "
+                                   "or init:<model>")),
+    "finetune.random_init": pretrain_schema.BOOL,
     "train.limit_val_batches": pretrain_schema.RULES["train.limit_train_batches"],
 })
 
