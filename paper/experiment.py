@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from skipless.config import CONFIG_DIR
@@ -178,7 +179,14 @@ def load_experiment(name: str, folder: Path = EXPERIMENT_DIR) -> Experiment:
     if not path.is_file():
         raise ExperimentError(f"unknown experiment {name!r}; expected one of: {', '.join(known_experiments(folder))}")
     where = f"{path.name}"
-    node = _keys(_plain(OmegaConf.load(path)), _TOP, where, {"title", "runs"})
+    try:
+        loaded = OmegaConf.load(path)
+    except yaml.YAMLError as err:  # one sentence, with the line, rather than the parser's traceback
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ExperimentError(f"{path} is not valid YAML{at} ({getattr(err, 'problem', None) or err}); quote an "
+                              "item that holds brackets or commas, e.g. \"measures=[embeddings]\"") from None
+    node = _keys(_plain(loaded), _TOP, where, {"title", "runs"})
     runs_node = _keys(node["runs"], _RUNS, f"{where}: runs", {"entry"})
     entry, axes, scales = _matrix(runs_node, RUN_ENTRIES, f"{where}: runs")
     epochs = by_scale(_keys(runs_node.get("epochs") or {}, set(SCALES), f"{where}: runs.epochs"))

@@ -63,7 +63,8 @@ def test_matches_numpy_svd_of_hooked_tensors(residual):
     caught = hooked_intermediates(model, images)
     assert sorted(got) == [0, 1]
     for i, t in caught.items():
-        expected = {"attn": t["attn"], "attn+skip": t["x"] + t["attn"], "mlp": t["mlp"], "mlp+skip": t["mid"] + t["mlp"]}
+        expected = {"in": t["x"], "attn": t["attn"], "attn+skip": t["x"] + t["attn"], "mlp": t["mlp"],
+                    "mlp+skip": t["mid"] + t["mlp"]}
         assert set(got[i]) == set(EMBEDDINGS)
         for name, matrix in expected.items():
             assert got[i][name] == pytest.approx(numpy_mean_log_kappa(matrix), rel=1e-6), (i, name)

@@ -170,3 +170,20 @@ def test_make_finetune_passes_ckpt_and_the_shared_variables():
     words = shlex.split(dry_run("finetune", "CKPT=runs/my run", "DATA=cifar10", "RECIPE=paper", "GPUS=8", "RESUME=1"))
     assert words == ["python", "-m", "skipless.finetune", "finetune.ckpt='runs/my run'", "data=cifar10", "recipe=paper",
                      "train.devices=8", "run.resume=true"]
+
+
+def test_the_in_run_diagnostics_watch_a_fine_tuning_with_kappa_in_and_out(tmp_path, source):
+    """Seed 003's Fig. 4 and Table 3 quantities during supervised training (make train and make finetune share it)."""
+    import json
+
+    assert main(argv_of(tmp_path, source, "train.epochs=2", "diagnostics.every_n_epochs=1", "diagnostics.images=4",
+                        "diagnostics.layers=all")) == 0
+    rows = [json.loads(line) for line in
+            (tmp_path / "runs" / "ft-src-default" / "diagnostics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 1, 2] and all(r["images"] == 4 for r in rows)
+    kappas = rows[-1]["embeddings_log_kappa"]
+    assert set(kappas) == {"0", "1"} and {"in", "attn+skip"} <= set(kappas["0"])
+    assert rows[0]["embeddings_log_kappa"]["1"]["in"] != rows[-1]["embeddings_log_kappa"]["1"]["in"]  # it trained
+    # Table 3's kappa_in and kappa_out: the mean over the blocks
+    for name in ("in", "attn+skip"):
+        assert rows[-1]["embeddings_mean_log_kappa"][name] == pytest.approx((kappas["0"][name] + kappas["1"][name]) / 2)

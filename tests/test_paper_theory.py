@@ -21,3 +21,23 @@ def test_make_paper_exp_theory_writes_every_section_with_its_verdicts(tmp_path, 
     assert b_off.endswith("| **no** |") and a_diag.endswith("| yes |")
     assert "| osa | 50 / 50 / 50 / 50 / 50 / 50 / 50 |" in report and "/ 1 / 1 |" in report
     assert f"report: {folder / 'report.md'}" in capsys.readouterr().out
+
+
+def test_the_eps_sweep_trains_each_cell_with_its_graying_and_reads_kappa_in_and_out(tmp_path):
+    """make paper EXP=graying-eps (seed 003 Table 3, Fig. 4): 11 cells, each run's eps, ViT-B at full scale."""
+    from paper.experiment import load_experiment
+    from paper.jobs import plan
+    from skipless.config import load_config
+
+    experiment = load_experiment("graying-eps")
+    full, _ = plan(experiment, "full", tmp_path)
+    runs = {j.labels["graying"]: j for j in full if j.kind == "run"}
+    assert len(runs) == 11
+    for label, job in runs.items():
+        cfg = load_config("train", [o for o in job.overrides if not o.startswith("run.")])
+        method, _, eps = label.partition("-")
+        assert cfg.model.token_graying.method == method and cfg.model.arch == "vit_base"
+        assert cfg.model.token_graying.eps == (float(eps) if eps else None)
+        assert cfg.diagnostics.every_n_epochs == 20 and cfg.diagnostics.layers == "all"
+    metrics = {item.get("metric") for item in experiment.report}
+    assert {"embeddings_mean_log_kappa.in", "embeddings_mean_log_kappa.attn+skip", "val.top1"} <= metrics

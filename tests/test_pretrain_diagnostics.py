@@ -48,7 +48,7 @@ def test_conditioning_is_measured_at_the_start_and_every_epoch(runs):
         assert r["blocks"] == [0, 1] and r["images"] == 4
         assert isinstance(r["jacobian"]["value"], float) and r["jacobian"]["value"] >= 1
         assert set(r["block_jacobians"]) == {"0", "1"} and set(r["embeddings_log_kappa"]["1"]) == {
-            "attn", "attn+skip", "mlp", "mlp+skip"}
+            "in", "attn", "attn+skip", "mlp", "mlp+skip"}
     assert rows[0]["jacobian"]["value"] != rows[-1]["jacobian"]["value"]  # the student moved
     assert not (runs[1] / "diagnostics.jsonl").exists()
 

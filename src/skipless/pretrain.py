@@ -23,7 +23,6 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from .analysis.diagnostics import MEASURES, DiagnosticSettings
 from .config import ConfigError, load_config
 from .errors import SkiplessError, user_message
 from .models.from_config import vit_from_config
@@ -32,7 +31,7 @@ from .summary import pretrain_header
 from .training.callbacks import KNNMonitor
 from .training.closing_lines import closing_lines
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
-from .training.diagnostics_callbacks import BlockSignals, ConditioningMonitor
+from .training.diagnostics_callbacks import diagnostics_callbacks
 from .training.interrupt import fit, resume_message
 from .training.preflight import check_run_folder
 from .training.rank_monitor import RankMonitor
@@ -90,31 +89,13 @@ def check_config(cfg: DictConfig) -> tuple[Method, RunPlan]:
     return method, plan_run(cfg, run_dir)
 
 
-def diagnostics_callbacks(method: Method, plan: RunPlan) -> list[pl.Callback]:
-    """The conditioning monitor and the per-block signals of ``cfg.diagnostics`` (0 turns each off), on
-    fixed centre crops at the method's view size."""
-    cfg, run_dir = plan.cfg, plan.run_dir
-    d = cfg.diagnostics
-    images = partial(diagnostic_images, cfg, method.view_size(cfg), int(d.images))
-    found: list[pl.Callback] = []
-    if d.every_n_epochs:
-        layers = d.layers if isinstance(d.layers, str) else list(d.layers)
-        measures = tuple(m for m in MEASURES if m != "jacobian" or d.jacobian_images)
-        settings = DiagnosticSettings(layers=layers, measures=measures, jacobian_images=max(1, int(d.jacobian_images)),
-                                      tol=float(d.tol), max_iter=int(d.max_iter), dtype=str(d.dtype),
-                                      seed=int(cfg.run.seed),
-                                      budget_s=None if d.budget_s is None else float(d.budget_s))
-        found.append(ConditioningMonitor(images, settings, int(d.every_n_epochs), run_dir))
-    if d.signals_every_n_steps:
-        found.append(BlockSignals(images, int(d.signals_every_n_steps)))
-    return found
-
-
 def pretrain_trainer(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
     """The shared trainer (``training/trainer.py``) with the method's own monitors (DINO: collapse), the
     diagnostics and the k-NN monitor."""
     cfg, run_dir = plan.cfg, plan.run_dir
-    callbacks: list[pl.Callback] = [*method.callbacks(cfg), *extra_callbacks, *diagnostics_callbacks(method, plan)]
+    callbacks: list[pl.Callback] = [*method.callbacks(cfg), *extra_callbacks,
+                                  *diagnostics_callbacks(plan, partial(diagnostic_images, cfg, method.view_size(cfg),
+                                                                       int(cfg.diagnostics.images)))]
     loaders = knn_loaders(cfg, method.view_size(cfg)) if cfg.train.knn_every_n_epochs else None
     if loaders is not None:
         callbacks.append(KNNMonitor(loaders[0], loaders[1], every=cfg.train.knn_every_n_epochs,

@@ -24,6 +24,7 @@ from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
 from .training.closing_lines import closing_lines
+from .training.diagnostics_callbacks import diagnostics_callbacks
 from .training.collapse import SupervisedCollapse
 from .training.interrupt import fit, resume_message
 from .training.preflight import check_run_folder
@@ -94,7 +95,9 @@ def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
         train_set, val_set = labelled_splits(cfg)
         module = Supervised(cfg, train_set.num_classes, None if backbone is None else backbone())
         loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
-        trainer = build_trainer(plan, [SupervisedCollapse(), *extra_callbacks],
+        watch = diagnostics_callbacks(plan, lambda: torch.stack([val_set[i][0] for i in range(
+            min(int(cfg.diagnostics.images), len(val_set)))]))  # the first validation images, as validated
+        trainer = build_trainer(plan, [SupervisedCollapse(), *extra_callbacks, *watch],
                                 check_val_every_n_epoch=cfg.train.val_every_n_epochs,
                                 limit_val_batches=cfg.train.limit_val_batches)
         if trainer.is_global_zero:

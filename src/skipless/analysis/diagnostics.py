@@ -136,6 +136,10 @@ def result_to_json(d: Diagnosis) -> dict[str, Any]:
         "jacobian": None if d.jacobian is None else d.jacobian.to_json(),
         "block_jacobians": per_block(d.block_jacobians, lambda c: c.to_json()),
         "embeddings_log_kappa": per_block(d.embeddings, json_number),
+        # seeds/003 Table 3: "the average token condition numbers in log scale before and after each SAB"
+        "embeddings_mean_log_kappa": None if d.embeddings is None else {
+            name: json_number(sum(row[name] for row in d.embeddings.values()) / len(d.embeddings))
+            for name in next(iter(d.embeddings.values()), {})},
         "effective_rank": per_block(d.effective_rank, json_number),
         "seconds": d.seconds,
     }

@@ -1,11 +1,13 @@
-"""Condition numbers of the sub-blocks' output embeddings (Ji et al., "Always Skip Attention", Fig. 1b).
+"""Condition numbers of the sub-blocks' input and output embeddings (Ji et al., "Always Skip Attention",
+Fig. 1b and Table 3).
 
 Seed 003 (``/work/shared/seeds/003_*.txt``) measures, per layer of a ViT, the 2-norm condition
 number (its Eq. 4, ``kappa(A) = s_max(A) / s_min(A)`` of the n x d token matrix of one image) of
-four output embeddings, numbered as in its Figure 1a:
+four output embeddings, numbered as in its Figure 1a, and of the tokens entering the block:
 
+    in                   X_in, the block's input (Table 3's kappa_in, "before each SAB")
     attn        (1)      the self-attention output without the skip, SA(X_in)
-    attn+skip   (1)+(2)  with the identity skip, X_in + SA(X_in)              (its Eq. 1)
+    attn+skip   (1)+(2)  with the identity skip, X_in + SA(X_in)  (its Eq. 1; Table 3's kappa_out)
     mlp         (3)      the MLP output without the skip
     mlp+skip    (3)+(4)  with the identity skip, X_mid + MLP(X_mid)           (its Eq. 3)
 
@@ -49,7 +51,7 @@ from .sub_blocks import embed_tokens, traced_blocks
 
 __all__ = ["EMBEDDINGS", "log_condition_numbers", "embedding_conditions"]
 
-EMBEDDINGS = ("attn", "attn+skip", "mlp", "mlp+skip")
+EMBEDDINGS = ("in", "attn", "attn+skip", "mlp", "mlp+skip")
 
 
 def log_condition_numbers(tokens: torch.Tensor) -> torch.Tensor:
@@ -69,7 +71,7 @@ def embedding_conditions(model: nn.Module, images: torch.Tensor,
         blocks: ``"all"``, a block index or a list of them (``features.resolve_layers``).
 
     Returns:
-        ``{block: {"attn", "attn+skip", "mlp", "mlp+skip": mean ln kappa}}``.
+        ``{block: {"in", "attn", "attn+skip", "mlp", "mlp+skip": mean ln kappa}}``.
     """
     wanted = resolve_layers(blocks, len(model.blocks))
     result: dict[int, dict[str, float]] = {}
@@ -77,7 +79,7 @@ def embedding_conditions(model: nn.Module, images: torch.Tensor,
         x = embed_tokens(model, images)
         for i, _, t in traced_blocks(model, x, wanted):
             x64, attn, mid, mlp = (v.double() for v in (t.x, t.attn, t.mid, t.mlp))  # sums in float64 too
-            embeddings = {"attn": attn, "attn+skip": x64 + attn, "mlp": mlp, "mlp+skip": mid + mlp}
+            embeddings = {"in": x64, "attn": attn, "attn+skip": x64 + attn, "mlp": mlp, "mlp+skip": mid + mlp}
             result[i] = {name: float(log_condition_numbers(e).mean()) for name, e in embeddings.items()}
     return result
 

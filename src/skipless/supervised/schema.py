@@ -15,7 +15,7 @@ from ..data.classification.registry import READERS
 from ..training import schema as pretrain_schema
 from ..training.schema import POSITIVE_INT, UNIT, check_against
 
-_SHARED_SECTIONS = ("run.", "model.", "optim.", "data.root", "data.n_train", "data.n_val", "data.seed")
+_SHARED_SECTIONS = ("run.", "model.", "optim.", "diagnostics.", "data.root", "data.n_train", "data.n_val", "data.seed")
 _SHARED_TRAIN = ("epochs", "batch_size_per_device", "global_batch", "num_workers", "cpu_threads", "accelerator",
                  "devices", "num_nodes", "strategy", "precision", "log_every_n_steps", "compile", "keep_checkpoints",
                  "export_epochs", "max_steps", "limit_train_batches")
@@ -67,6 +67,7 @@ def _mixup_pairs(v: dict[str, Any]) -> str | None:
 
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     pretrain_schema.warmup_within, pretrain_schema.exports_reached, pretrain_schema.implementation_exists,
+    pretrain_schema.diagnosed_blocks_exist,
     _image_tiles, _mixup_pairs)
 
 

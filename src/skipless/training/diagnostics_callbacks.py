@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from ..analysis.block_signals import attention_signals, gradient_norms, parameter_snapshot, update_ratios
 from ..analysis.condition_number import unconverged_note
-from ..analysis.diagnostics import DiagnosticSettings, diagnose, result_to_json
+from ..analysis.diagnostics import MEASURES, DiagnosticSettings, diagnose, result_to_json
 from ..analysis.tensorboard_values import GROUP as TB_GROUP, tensorboard_values
 from ..world import isolated_rng
 
@@ -134,3 +134,24 @@ class BlockSignals(pl.Callback):
                 if name in row:  # no entropy for attention rows that are not distributions
                     metrics[f"watch/signals/{name}/block{b}"] = row[name]
         _log(trainer, metrics)
+
+
+def diagnostics_callbacks(plan: Any, images: Callable[[], torch.Tensor]) -> list[pl.Callback]:
+    """The conditioning monitor and the per-block signals a run's ``diagnostics`` section asks for (0 turns each
+    off), measuring the fixed batch ``images()`` (``training/run_plan.RunPlan``: its config and folder): the
+    one builder of pretraining (fixed centre crops at the method's view size) and supervised training and
+    fine-tuning (the first validation images as validation sees them)."""
+    cfg, run_dir = plan.cfg, plan.run_dir
+    d = cfg.diagnostics
+    found: list[pl.Callback] = []
+    if d.every_n_epochs:
+        layers = d.layers if isinstance(d.layers, str) else list(d.layers)
+        measures = tuple(m for m in MEASURES if m != "jacobian" or d.jacobian_images)
+        settings = DiagnosticSettings(layers=layers, measures=measures, jacobian_images=max(1, int(d.jacobian_images)),
+                                      tol=float(d.tol), max_iter=int(d.max_iter), dtype=str(d.dtype),
+                                      seed=int(cfg.run.seed),
+                                      budget_s=None if d.budget_s is None else float(d.budget_s))
+        found.append(ConditioningMonitor(images, settings, int(d.every_n_epochs), run_dir))
+    if d.signals_every_n_steps:
+        found.append(BlockSignals(images, int(d.signals_every_n_steps)))
+    return found

@@ -192,7 +192,7 @@ def exports_reached(v: dict[str, Any]) -> str | None:
     return None
 
 
-def _diagnosed_blocks_exist(v: dict[str, Any]) -> str | None:
+def diagnosed_blocks_exist(v: dict[str, Any]) -> str | None:
     depth = v["model.depth"] or ARCHS.get(v["model.arch"], {}).get("depth")
     if depth is None or v["diagnostics.layers"] in ("paper", "all"):
         return None
@@ -212,7 +212,7 @@ def implementation_exists(v: dict[str, Any]) -> str | None:
 
 
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    warmup_within, exports_reached, _diagnosed_blocks_exist, implementation_exists)
+    warmup_within, exports_reached, diagnosed_blocks_exist, implementation_exists)
 
 
 def check_against(cfg: DictConfig, rules: dict[str, Rule],
