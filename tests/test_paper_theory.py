@@ -41,3 +41,20 @@ def test_the_eps_sweep_trains_each_cell_with_its_graying_and_reads_kappa_in_and_
         assert cfg.diagnostics.every_n_epochs == 20 and cfg.diagnostics.layers == "all"
     metrics = {item.get("metric") for item in experiment.report}
     assert {"embeddings_mean_log_kappa.in", "embeddings_mean_log_kappa.attn+skip", "val.top1"} <= metrics
+
+
+def test_the_init_sensitivity_sweep_moves_one_of_alpha_beta_c_at_a_time(tmp_path):
+    """make paper EXP=init-sensitivity (seed 000 footnote 2) around Table 1's (2, 0.6, 3)."""
+    from paper.experiment import load_experiment
+    from paper.jobs import plan
+    from skipless.config import load_config
+
+    jobs, _ = plan(load_experiment("init-sensitivity"), "demo", tmp_path)
+    seen = {}
+    for job in jobs:
+        cfg = load_config("train", [o for o in job.overrides if not o.startswith("run.")])
+        assert cfg.model.init == "cutskip" and cfg.model.residual == "skipless"
+        seen[job.labels["init"]] = (cfg.model.init_args.alpha, cfg.model.init_args.beta, cfg.model.init_args.c)
+    paper = seen.pop("paper")
+    assert paper == (2.0, 0.6, 3.0) and len(seen) == 8
+    assert all(sum(a != b for a, b in zip(values, paper)) == 1 for values in seen.values())

@@ -33,14 +33,12 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import ConfigError, load_config
-from .errors import SkiplessError, user_message
 from .models.backbone_items import RANDOM, BackboneSpec, resolve_backbones, spec_model
 from .models.checkpoint import BackboneLoadError
 from .models.from_config import ARCHITECTURE_KEYS, model_keys_of
 from .supervised.classifier import classifier_backbone
-from .train import check_config, run_training
-from .training.closing_lines import closing_lines
-from .training.interrupt import resume_message
+from .train import check_config, run_command, run_training
+from .training.run_plan import RunPlan
 
 # The final norm that average pooling swaps for its own (timm: norm -> fc_norm), either way round.
 POOL_NORMS = ({"norm.weight", "norm.bias"}, {"fc_norm.weight", "fc_norm.bias"})
@@ -118,25 +116,20 @@ def describe_start(cfg: DictConfig, spec: BackboneSpec) -> str:
 
 def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:
     """The command line (``make finetune``)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    run_dir = None
-    try:
-        cfg, spec = finetune_config(argv)
-        plan = check_config(cfg, run_dir_of(cfg, spec))
-        run_dir = plan.run_dir
-        trainer, _ = run_training(plan, extra_callbacks, backbone=lambda: starting_backbone(cfg, spec),
-                                  source=describe_start(cfg, spec))
-    except SkiplessError as err:
-        print(f"error: {user_message(err)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"error: {resume_message(argv, run_dir, target='finetune')}", file=sys.stderr)
-        return 130
-    if trainer.is_global_zero:
-        for line in closing_lines(trainer):
-            print(line, flush=True)
-        print(f"done: fine-tuned backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
-    return 0
+    specs: list[BackboneSpec] = []
+
+    def plan_of(args: list[str]) -> RunPlan:
+        cfg, spec = finetune_config(args)
+        specs.append(spec)
+        return check_config(cfg, run_dir_of(cfg, spec))
+
+    def train_plan(plan: RunPlan) -> pl.Trainer:
+        cfg, spec = plan.cfg, specs[-1]
+        return run_training(plan, extra_callbacks, backbone=lambda: starting_backbone(cfg, spec),
+                            source=describe_start(cfg, spec))[0]
+
+    return run_command(list(sys.argv[1:] if argv is None else argv), "finetune", plan_of, train_plan,
+                       "fine-tuned backbone")
 
 
 if __name__ == "__main__":

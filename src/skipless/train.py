@@ -107,26 +107,33 @@ def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
     return trainer, module
 
 
-def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:
-    """The command line; ``extra_callbacks`` join the run's own (a caller's measurements: the pre-flight times the steps)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def run_command(argv: list[str], target: str, plan_of: Callable[[list[str]], RunPlan],
+                train_plan: Callable[[RunPlan], pl.Trainer], what: str = "backbone") -> int:
+    """A training command line (``make train``, ``make finetune``): the plan, the run, one sentence for a bad
+    value or a Ctrl-C (with the command that resumes), the closing lines; the exit status."""
     run_dir = None
     try:
-        cfg = load_config("train", argv)
-        plan = check_config(cfg)
+        plan = plan_of(argv)
         run_dir = plan.run_dir
-        trainer, _ = run_training(plan, extra_callbacks)
+        trainer = train_plan(plan)
     except SkiplessError as err:
         print(f"error: {user_message(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"error: {resume_message(argv, run_dir, target='train')}", file=sys.stderr)
+        print(f"error: {resume_message(argv, run_dir, target=target)}", file=sys.stderr)
         return 130
     if trainer.is_global_zero:
         for line in closing_lines(trainer):
             print(line, flush=True)
-        print(f"done: backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
+        print(f"done: {what} at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
     return 0
+
+
+def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:
+    """The command line; ``extra_callbacks`` join the run's own (a caller's measurements: the pre-flight times the steps)."""
+    return run_command(list(sys.argv[1:] if argv is None else argv), "train",
+                       lambda args: check_config(load_config("train", args)),
+                       lambda plan: run_training(plan, extra_callbacks)[0])
 
 
 if __name__ == "__main__":
