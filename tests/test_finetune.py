@@ -86,7 +86,7 @@ def test_the_checkpoint_owns_the_architecture_and_its_weights_load_with_maes_poo
     cfg, spec = finetune_config(argv_of(tmp_path, source))
     assert (cfg.model.residual, cfg.model.init, cfg.model.pos_embed, cfg.model.depth, cfg.model.img_size) == (
         "decayed", "mae", "sincos", 2, 32)
-    assert (cfg.model.global_pool, cfg.model.drop_path_rate, cfg.optim.layer_decay) == ("avg", 0.1, 0.65)
+    assert (cfg.model.global_pool, cfg.model.drop_path_rate, cfg.optim.layer_decay) == ("avg", 0.1, 0.75)
     model = starting_backbone(cfg, spec)
     stored = load_backbone(source[0]).state_dict()
     own = model.state_dict()
@@ -127,7 +127,7 @@ def test_a_fine_tuning_resumes_exactly_and_trains_every_weight_with_its_layers_l
     trainer, module = run_training(check_config(cfg, run_dir_of(cfg, spec)), [straight],
                                    backbone=lambda: starting_backbone(cfg, spec))
     lrs = {round(g["lr_scale"], 6) for g in trainer.optimizers[0].param_groups}
-    assert lrs == {round(0.65 ** k, 6) for k in range(4)}  # the stem (0.65^3), two blocks, the head (1)
+    assert lrs == {round(0.75 ** k, 6) for k in range(4)}  # the stem (0.75^3), two blocks, the head (1)
     first, second = Recorder(), Recorder()
     argv = argv_of(tmp_path, source, "run.name=resumed", "train.epochs=2")
     cfg, spec = finetune_config(argv)
@@ -140,7 +140,7 @@ def test_a_fine_tuning_resumes_exactly_and_trains_every_weight_with_its_layers_l
                                rtol=0, atol=0)
     saved = load_saved_config(tmp_path / "runs" / "resumed" / "config.yaml")
     assert saved.finetune.ckpt == str(source[0]) and saved.model.residual == "decayed"
-    # every weight moved, the patch embedding least (its lr is 0.65^3 of the head's)
+    # every weight moved, the patch embedding least (its lr is 0.75^3 of the head's)
     tuned = load_backbone(tmp_path / "runs" / "straight" / "backbone.pt").state_dict()
     stored = load_backbone(source[0]).state_dict()
     assert all(not torch.equal(tuned[k], v) for k, v in stored.items() if k not in ("pos_embed", "norm.weight",
