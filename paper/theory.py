@@ -5,6 +5,7 @@ figures (``<root>/theory/report.md``). No training: every scale writes the same 
 |---|---|---|
 | a diagonal-dominant logit matrix gives a well-conditioned softmax, a diffuse one an ill-conditioned one | 000, App. A.4.1, Fig. 5 | ``analysis/softmax_theory.py`` |
 | the moments of ``X X^T``, ``X Z X^T`` and the logits under the init | 000, App. A.4.1, Eqs. 14-20 | ``analysis/softmax_theory.py`` |
+| the tokens after the pre-LN look like isotropic Gaussians under the init | 000, App. A.4.1, Fig. 6 | ``fig6`` here |
 | linear attention's output kappa <= C kappa(X)^3, C close to 1 | 003, Prop. 4.1 | ``analysis/attention_theory.py`` |
 | the skip lowers the attention output's kappa | 003, Prop. 4.2 | ``analysis/attention_theory.py`` |
 | a skipless OSA-only stack keeps the token kernel's spectrum | 004, Thm 2.2 | ``analysis/attention_theory.py`` |
@@ -143,9 +144,79 @@ def thm22(folder: Path, depth: int = 6, tokens: int = 50) -> list[str]:
             "|---|---|---|", *lines]
 
 
+def token_images(count: int, size: int) -> torch.Tensor:
+    """``count`` fixed centre crops of the embedded default's val images (generated if missing), as the
+    pretraining diagnostics read them (``training/data.diagnostic_images``)."""
+    from skipless.config import load_config
+    from skipless.training.data import diagnostic_images
+
+    return diagnostic_images(load_config("pretrain"), size, count, split="val")
+
+
+@torch.no_grad()
+def pre_ln_tokens(model: torch.nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+    """Per block, the tokens after its pre-LN (``norm1``'s output): ``(B, n, d)`` each."""
+    caught: list[torch.Tensor] = []
+    hooks = [block.norm1.register_forward_hook(lambda m, i, o: caught.append(o.detach())) for block in model.blocks]
+    try:
+        model.eval()(images)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return caught
+
+
+def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images, count: int = 8,
+         size: int = 224) -> list[str]:
+    """Fig. 6: the tokens after each block's pre-LN under the paper's init (DINO ViT-S/16, model=skipless,
+    the paper's recipe), on the default's images: the entries' histogram (the figure's view) beside the mean
+    cosine between an image's patch tokens, which independent isotropic tokens keep near 0."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from skipless.config import load_config
+    from skipless.models.from_config import vit_from_config
+
+    torch.manual_seed(SEED)
+    model = vit_from_config(load_config("pretrain", ["model=skipless", "recipe=paper"]).model)
+    tokens = pre_ln_tokens(model, images(count, size))
+    shown = [0, 3, 7, 11]
+    fig, axes = plt.subplots(1, len(shown) + 1, figsize=(14, 2.8))
+    rows, cosines = [], []
+    for block, t in enumerate(tokens):
+        patches = torch.nn.functional.normalize(t[:, 1:].double(), dim=-1)
+        cos = patches @ patches.transpose(1, 2)
+        n = cos.shape[-1]
+        mean_cos = float((cos.sum((1, 2)) - n) .mean() / (n * (n - 1)))
+        entries = t.flatten().double()
+        kurtosis = float(((entries - entries.mean()) ** 4).mean() / entries.var() ** 2)
+        cosines.append(mean_cos)
+        rows.append(f"| {block} | {float(entries.mean()):.3f} | {float(entries.std()):.3f} | {kurtosis:.2f} | {mean_cos:.3f} |")
+        if block in shown:
+            ax = axes[shown.index(block)]
+            ax.hist(entries.numpy(), bins=100, density=True, color="tab:blue")
+            grid = torch.linspace(-4, 4, 200)
+            ax.plot(grid.numpy(), (torch.exp(-grid ** 2 / 2) / (2 * torch.pi) ** 0.5).numpy(), color="k", lw=1)
+            ax.set_title(f"block {block}: kurtosis {kurtosis:.1f}, cos {mean_cos:.2f}", fontsize=9)
+            ax.set_xlim(-5, 5)
+    axes[-1].plot(range(len(cosines)), cosines, marker="o")
+    axes[-1].set_xlabel("block")
+    axes[-1].set_ylabel("mean cosine, patch tokens")
+    axes[-1].set_ylim(-0.05, 1.05)
+    fig.tight_layout()
+    fig.savefig(folder / "fig6-pre-ln-tokens.png", dpi=110)
+    plt.close(fig)
+    return [f"Seed 000, App. A.4.1, Fig. 6: the tokens after each block's pre-LN under the paper's init (DINO ViT-S/16, "
+            f"model=skipless, recipe=paper) on {count} of the default's val images at {size} px; N(0, 1) in black. An "
+            "isotropic Gaussian has kurtosis 3 and, token to token, a mean cosine near 0. "
+            "![Fig. 6](fig6-pre-ln-tokens.png)", "",
+            "| block | mean | std | kurtosis | mean cosine between patch tokens |", "|---|---|---|---|---|", *rows]
+
+
 SECTIONS: dict[str, Callable[[Path], list[str]]] = {
     "Fig. 5": lambda folder: fig5(folder)[0], "Eqs. 14-20": lambda folder: moments(),
-    "Props. 4.1-4.2": lambda folder: props(), "Thm 2.2": thm22}
+    "Fig. 6": lambda folder: fig6(folder), "Props. 4.1-4.2": lambda folder: props(), "Thm 2.2": thm22}
 
 
 def write_theory_report(root: Path, say=print) -> Path:

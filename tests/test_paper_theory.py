@@ -1,5 +1,5 @@
 """make paper EXP=theory (paper/theory.py): the report of the seeds' checkable claims, with its figures."""
-from pathlib import Path
+import torch
 
 import paper.theory as theory
 from paper.__main__ import main
@@ -8,10 +8,12 @@ from paper.__main__ import main
 def test_make_paper_exp_theory_writes_every_section_with_its_verdicts(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(theory, "DRAWS", 40)
     monkeypatch.setattr(theory, "MOMENT_DRAWS", 400)
+    monkeypatch.setitem(theory.SECTIONS, "Fig. 6", lambda folder: theory.fig6(
+        folder, lambda count, size: torch.randn(count, 3, size, size), count=2, size=32))
     assert main(["exp=theory", f"root={tmp_path}"]) == 0
     folder = tmp_path / "theory"
     report = (folder / "report.md").read_text()
-    for section in ("## Fig. 5", "## Eqs. 14-20", "## Props. 4.1-4.2", "## Thm 2.2"):
+    for section in ("## Fig. 5", "## Eqs. 14-20", "## Fig. 6", "## Props. 4.1-4.2", "## Thm 2.2"):
         assert section in report
     assert (folder / "fig5-softmax.png").stat().st_size > 10_000 and (folder / "thm22-spectra.png").is_file()
     # Eq. 17 as printed fails, Eq. 14 holds; OSA keeps full rank, softmax ends at rank 1
@@ -21,6 +23,20 @@ def test_make_paper_exp_theory_writes_every_section_with_its_verdicts(tmp_path, 
     assert b_off.endswith("| **no** |") and a_diag.endswith("| yes |")
     assert "| osa | 50 / 50 / 50 / 50 / 50 / 50 / 50 |" in report and "/ 1 / 1 |" in report
     assert f"report: {folder / 'report.md'}" in capsys.readouterr().out
+    assert (folder / "fig6-pre-ln-tokens.png").is_file() and report.count("\n| 11 | ") == 1  # 12 blocks of ViT-S
+
+
+def test_pre_ln_tokens_are_each_blocks_norm1_output():
+    from skipless.models import create_vit
+
+    model = create_vit("vit_tiny", depth=2, img_size=32)
+    images = torch.randn(2, 3, 32, 32)
+    tokens = theory.pre_ln_tokens(model, images)
+    x = model.patch_embed(images)
+    x = model._pos_embed(x)
+    x = model.norm_pre(x)
+    torch.testing.assert_close(tokens[0], model.blocks[0].norm1(x))
+    torch.testing.assert_close(tokens[1], model.blocks[1].norm1(model.blocks[0](x)))
 
 
 def test_the_eps_sweep_trains_each_cell_with_its_graying_and_reads_kappa_in_and_out(tmp_path):
