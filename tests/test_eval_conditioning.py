@@ -10,6 +10,7 @@ from skipless.analysis.condition_number import dense_condition
 from skipless.analysis.jacobians import network_jacobian_dense
 from skipless.config import load_config
 from skipless.models import create_vit, load_backbone, save_backbone
+from skipless.models.features import embed_tokens
 from tests.eval_fixtures import tiny_run
 
 SMALL = ["image_size=32", "jacobian.image_size=32", "num_images=3", "layers=all", "solver.max_iter=400"]
@@ -102,3 +103,34 @@ def test_gaussian_images_are_seeded_noise_and_need_no_data(small_run, tmp_path):
     noise = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3)).double()
     dense = dense_condition(network_jacobian_dense(backbone, noise), gram=True)
     assert first["jacobian"]["value"] == pytest.approx(dense.value, rel=1e-2)  # measured on exactly that noise
+
+
+def test_the_spectrum_is_every_singular_value_of_the_sub_block_jacobian(small_run):
+    """Seed 003's Figs. 7-8 (spectrum=true): against autograd's Jacobian of u + attn(u) at block 0's normalised tokens
+    u = norm1(x) (Eq. 7's K_l + I of a skip block), and the matrix-free kappa's ends (K K^T's extreme eigenvalues are
+    the squared extreme singular values)."""
+    root, data, run_dir = small_run
+    written = run(cfg_of(root, data, f"ckpt={run_dir}", "random_floor=false", "spectrum=true"))
+    record = json.loads((run_dir / "eval" / "conditioning.json").read_text())
+    attn = torch.tensor(record["spectrum"]["0"]["attn"], dtype=torch.float64)
+    assert attn.numel() == 5 * 24 and len(record["spectrum"]["1"]["mlp"]) == 5 * 24
+    model = load_backbone(run_dir / "backbone.pt").double().eval()
+    images = run.__globals__["_load_images"](cfg_of(root, data), 3, 32).double()
+    with torch.no_grad():
+        x = embed_tokens(model, images[:1])  # the tokens entering block 0, as every diagnostic embeds them
+    block = model.blocks[0]
+    jac = torch.autograd.functional.jacobian(lambda u: u + block.ls1(block.attn(u)), block.norm1(x))
+    expected = torch.linalg.svdvals(jac.reshape(5 * 24, 5 * 24))
+    torch.testing.assert_close(attn, expected, rtol=1e-5, atol=1e-9)  # the JSON keeps 6 significant digits
+    assert float(attn[0]) ** 2 == pytest.approx(record["block_jacobians"]["0"]["attn"]["largest"], rel=1e-2)
+    assert written["spectrum"].stat().st_size > 10_000
+
+
+def test_a_spectrum_too_large_to_form_is_one_sentence_naming_image_size(small_run):
+    root, data, run_dir = small_run
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", "spectrum=true",
+              "dense_max_entries=1000", f"out={root / 'spectrum-out'}"])
+    err = str(exit_info.value.code)
+    assert "image_size for narrow's spectrum" in err and len(err.strip().splitlines()) == 1
+    assert not (root / "spectrum-out").exists()

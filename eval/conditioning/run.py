@@ -20,7 +20,6 @@ measurement starts.
 """
 from __future__ import annotations
 
-import copy
 import math
 import sys
 import time
@@ -33,9 +32,9 @@ from omegaconf import DictConfig, OmegaConf
 from skipless.analysis.condition_number import Condition, dense_condition
 from skipless.analysis.diagnostics import (DTYPES, MEASURES, DiagnosticSettings, Diagnosis, diagnose, diagnosed_blocks,
                                            result_to_json)
-from skipless.analysis.jacobians import check_dense_size, network_jacobian_dense, sub_block_jacobian_dense
+from skipless.analysis.jacobians import check_dense_size, network_jacobian_dense
 from skipless.analysis.tensorboard_values import tensorboard_values
-from skipless.analysis.sub_blocks import embed_tokens, has_finite_weights, shortcut_gains, traced_blocks
+from skipless.analysis.sub_blocks import has_finite_weights
 from skipless.analysis.embedding_condition import EMBEDDINGS
 from skipless.config import load_config
 from skipless.config_rules import Rule, boolean, integer, number, one_of, optional, text
@@ -46,6 +45,7 @@ from skipless.models import patch_grid
 from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.output_dirs import backbones_to_evaluate
+from .spectrum import block_spectra, dense_block_jacobians, spectrum_figure
 from ..shared.report import compare_dir, markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
 from ..shared.square_images import load_images
@@ -69,6 +69,7 @@ RULES = {
     "solver.max_iter": integer(2),
     "solver.dtype": one_of(*DTYPES),
     "dense_check": boolean(),
+    "spectrum": boolean(),
     "dense_max_entries": integer(1),
 }
 
@@ -96,6 +97,9 @@ def check_backbone(model: torch.nn.Module, spec: BackboneSpec, cfg: DictConfig) 
     blocks = diagnosed_blocks(settings_of(cfg).layers, len(model.blocks))
     n = _tokens(model, int(cfg.image_size))
     n_j = _tokens(model, int(cfg.jacobian.image_size)) if "jacobian" in cfg.measures else 0
+    if cfg.spectrum:
+        check_dense_size(n * model.embed_dim, n * model.embed_dim, int(cfg.dense_max_entries),
+                         f"image_size for {spec.name}'s spectrum (spectrum=false keeps the other measures)")
     if cfg.dense_check:
         d, limit = model.embed_dim, int(cfg.dense_max_entries)
         if "jacobian" in cfg.measures:
@@ -120,14 +124,8 @@ def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.T
         out["jacobian"] = dense_condition(network_jacobian_dense(model, j_images, max_entries=limit), gram=True).to_json()
     if d.block_jacobians is not None:
         out["block_jacobians"] = {}
-        net = copy.deepcopy(model).double().eval()
-        with torch.no_grad():
-            x = embed_tokens(net, images[:1].double())
-        for i, block, t in traced_blocks(net, x, d.blocks):
-            g_a, g_m = shortcut_gains(block)
-            out["block_jacobians"][str(i)] = {
-                name: dense_condition(sub_block_jacobian_dense(block, u, name, g, max_entries=limit), gram=True).to_json()
-                for name, u, g in (("attn", t.u_attn, g_a), ("mlp", t.u_mlp, g_m))}
+        for i, name, k in dense_block_jacobians(model, images, d.blocks, limit):
+            out["block_jacobians"].setdefault(str(i), {})[name] = dense_condition(k, gram=True).to_json()
     return out
 
 
@@ -260,6 +258,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
           f"{', '.join(s.name for s in specs)}", flush=True)
     results: list[tuple[str, Diagnosis]] = []
     written: dict[str, Any] = {"json": {}, "results": {}}
+    spectra: dict[str, Any] = {}
     for spec, model in zip(specs, models):
         model = model.to(device)
         start = time.perf_counter()
@@ -275,6 +274,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if cfg.dense_check:
             record["dense"] = dense_values(model, images.to(device), j_images.to(device) if j_images is not None else None,
                                            d, cfg)
+        if cfg.spectrum:  # seeds/003 Figs. 7-8
+            record["spectrum"] = block_spectra(model, images.to(device), d.blocks, int(cfg.dense_max_entries))
+            spectra[spec.name] = record["spectrum"]
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         written["json"][spec.name] = write_text(spec.out_dir / "conditioning.json", result_json(record))
         write_tensorboard(d, spec.out_dir)
@@ -285,8 +287,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report = tables(results)
     written["table"] = write_text(folder / "conditioning.md", report)
     written["figure"] = figure(results, folder / "conditioning.png")
+    written["spectrum"] = spectrum_figure(spectra, folder / "jacobian-spectrum.png")
     print(report, flush=True)
-    print(f"table: {written['table']}" + (f"\nfigure: {written['figure']}" if written["figure"] else ""), flush=True)
+    print(f"table: {written['table']}" + (f"\nfigure: {written['figure']}" if written["figure"] else "")
+          + (f"\nspectrum: {written['spectrum']}" if written["spectrum"] else ""), flush=True)
     return written
 
 
