@@ -157,7 +157,7 @@ def test_a_released_state_dict_in_timms_names_is_fine_tuned(tmp_path, source, ca
     code = main([f"ckpt={file}:vit_tiny", f"data.root={source[1]}", f"run.root={tmp_path / 'runs'}", *TINY,
                  "train.epochs=1", "train.limit_train_batches=1", "train.limit_val_batches=1"])
     out = capsys.readouterr().out
-    assert code == 0 and re.search(r"from +.*dino_vittiny16_pretrain\.pth \(state_dict\)", out), out
+    assert code == 0 and re.search(r"from +.*dino_vittiny16_pretrain\.pth \(a plain state dict\)", out), out
     tuned = load_backbone(tmp_path / "runs" / "ft-dino_vittiny16_pretrain-default" / "backbone.pt")
     assert tuned.skipless_args["global_pool"] == "avg" and len(tuned.blocks) == 12
 

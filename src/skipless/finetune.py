@@ -40,6 +40,10 @@ from .supervised.classifier import classifier_backbone
 from .train import check_config, run_command, run_training
 from .training.run_plan import RunPlan
 
+# What each kind of CKPT item is, in the header's words (models/backbone_items.BackboneSpec.kind).
+KINDS = {"skipless": "a skipless backbone file", "state_dict": "a plain state dict", "timm": "timm's cached weights",
+         "init": "a model preset at init"}
+
 # The final norm that average pooling swaps for its own (timm: norm -> fc_norm), either way round.
 POOL_NORMS = ({"norm.weight", "norm.bias"}, {"fc_norm.weight", "fc_norm.bias"})
 
@@ -111,7 +115,8 @@ def describe_start(cfg: DictConfig, spec: BackboneSpec) -> str:
     where = spec.path or spec.name
     if cfg.finetune.random_init:
         return f"a fresh {cfg.model.arch} init of {spec.name}'s architecture (seed {cfg.run.seed}); no weight read"
-    return f"{where} ({spec.kind}), global pool {cfg.model.global_pool}, drop-path {cfg.model.drop_path_rate:g}"
+    kind = KINDS.get(spec.kind, spec.kind)
+    return f"{where} ({kind}), global pool {cfg.model.global_pool}, drop-path {cfg.model.drop_path_rate:g}"
 
 
 def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:
