@@ -19,7 +19,7 @@ relative to it)::
     runs/<cell>-<hash>/           the training runs (run.root), each a normal run folder
     jobs/runs/<cell>-<hash>.json  their markers: status, config hash, command, seconds, error
     logs/runs/<cell>-<hash>.log   their output
-    <experiment>/evals/<job>/     each evaluation's out= folder (<backbone>/<result>.json ...)
+    <experiment>/evals/<job>/     each evaluation's out= folder (<backbone>/<result>.json ...); a fine-tuning's run.root (run/)
     <experiment>/jobs/<job>.json  the evaluations' markers
     <experiment>/logs/<job>.log
     <experiment>/report.md, figures/   the report (``report.py``)
@@ -40,7 +40,7 @@ from typing import Any
 from skipless.atomic import atomic_write
 from skipless.config import leaf_values, load_config
 
-from .experiment import EVAL_ENTRIES, RUN_ENTRIES, Experiment, ExperimentError
+from .experiment import EVAL_ENTRIES, FINETUNE, RUN_ENTRIES, Experiment, ExperimentError
 from .quick import QUICK, quick_epochs, quick_overrides
 
 # Keys that say where a job writes or how it reports, not what it computes: left out of its identity.
@@ -89,7 +89,11 @@ def _quote(word: str) -> str:
 
 
 def config_hash(entry: str, overrides: list[str]) -> str:
-    """Eight hex digits of the resolved config, without the keys that only place outputs."""
+    """Eight hex digits of the resolved config, without the keys that only place outputs. A fine-tuning's
+    architecture is its checkpoint's, read when it runs (``skipless/finetune.py``): hashed with placeholders,
+    the checkpoint itself being ``finetune.ckpt``."""
+    if entry == FINETUNE:
+        overrides = ["model.name=checkpoint", "model.residual=skip", *overrides]
     cfg = load_config(entry, overrides)
     values = {k: v for k, v in leaf_values(cfg).items() if k not in PLACE_KEYS}
     text = json.dumps(values, sort_keys=True, default=str)
@@ -162,11 +166,17 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
                         skipped.append({"kind": ev_name, **all_labels})
                         continue
                     name = f"{ev_name}-{_slug(all_labels)}"
-                    # random_floor=false: an experiment names its random cells itself (a floor per job would double
-                    # every evaluation's cost); a cell's own overrides come after and win.
-                    args = ["random_floor=false", *overrides, *shrink.get(ev.entry, []), f"ckpt={backbone}"]
+                    folder = base / here / "evals" / name
+                    if ev.entry == FINETUNE:  # a training from the backbone, in the evaluation's folder: run/
+                        args = [*overrides, *shrink.get(ev.entry, []), f"finetune.ckpt={backbone}"]
+                        where = (f"run.root={folder}", "run.name=run")
+                    else:
+                        # random_floor=false: an experiment names its random cells itself (a floor per job would
+                        # double every evaluation's cost); a cell's own overrides come after and win.
+                        args = ["random_floor=false", *overrides, *shrink.get(ev.entry, []), f"ckpt={backbone}"]
+                        where = (f"out={folder}",)
                     evals.append(Job(name=name, kind="eval", entry=ev.entry,
-                                     overrides=(*args, f"out={base / here / 'evals' / name}"), labels=all_labels,
+                                     overrides=(*args, *where), labels=all_labels,
                                      config_hash=config_hash(ev.entry, args), marker=f"{here}/jobs/{name}.json",
                                      log=f"{here}/logs/{name}.log", depends=(run.name,),
                                      result=f"{here}/evals/{name}/{ev.result}", evaluation=ev_name))

@@ -27,7 +27,12 @@ def test_every_experiment_plans_runs_before_the_evaluations_that_read_them(tmp_p
     for job in jobs:
         assert all(d in seen for d in job.depends)
         seen.add(job.name)
-        if job.kind == "eval":
+        if job.kind == "eval" and job.entry == "finetune":  # a training from the run's backbone (test_paper_finetune)
+            run = next(r for r in runs if r.name == job.depends[0])
+            ckpt = next(o for o in job.overrides if o.startswith("finetune.ckpt="))
+            assert ckpt.startswith(f"finetune.ckpt={tmp_path.resolve() / run.run_dir}/backbone")
+            assert any(o.startswith("run.root=") for o in job.overrides)
+        elif job.kind == "eval":
             run = next(r for r in runs if r.name == job.depends[0])
             ckpt = next(o for o in job.overrides if o.startswith("ckpt="))
             assert ckpt.startswith(f"ckpt={tmp_path.resolve() / run.run_dir}/backbone")

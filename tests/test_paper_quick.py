@@ -47,8 +47,8 @@ def test_quick_reads_the_demos_checkpoints_at_the_same_fraction_of_its_two_epoch
 
 
 def test_quick_overrides_of_an_unknown_entry_or_not_key_value_are_one_sentence():
-    with pytest.raises(ExperimentError, match=r"paper quick.finetune: unknown entry"):
-        quick_overrides({"finetune": ["a=1"]})
+    with pytest.raises(ExperimentError, match=r"paper quick.finetuning: unknown entry"):
+        quick_overrides({"finetuning": ["a=1"]})
     with pytest.raises(ExperimentError, match=r"paper quick.knn: expected a list of key=value overrides"):
         quick_overrides({"knn": "train_subset=10"})
 
