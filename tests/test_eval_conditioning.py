@@ -123,6 +123,7 @@ def test_the_spectrum_is_every_singular_value_of_the_sub_block_jacobian(small_ru
     expected = torch.linalg.svdvals(jac.reshape(5 * 24, 5 * 24))
     torch.testing.assert_close(attn, expected, rtol=1e-5, atol=1e-9)  # the JSON keeps 6 significant digits
     assert float(attn[0]) ** 2 == pytest.approx(record["block_jacobians"]["0"]["attn"]["largest"], rel=1e-2)
+    assert record["spectrum_kappa"]["0"]["attn"] == pytest.approx(float(expected[0] / expected[-1]), rel=1e-5)
     assert written["spectrum"].stat().st_size > 10_000
 
 

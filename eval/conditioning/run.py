@@ -45,7 +45,7 @@ from skipless.models import patch_grid
 from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.output_dirs import backbones_to_evaluate
-from .spectrum import block_spectra, dense_block_jacobians, spectrum_figure
+from .spectrum import block_spectra, dense_block_jacobians, kappas, spectrum_figure
 from ..shared.report import compare_dir, markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
 from ..shared.square_images import load_images
@@ -276,6 +276,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                            d, cfg)
         if cfg.spectrum:  # seeds/003 Figs. 7-8
             record["spectrum"] = block_spectra(model, images.to(device), d.blocks, int(cfg.dense_max_entries))
+            record["spectrum_kappa"] = kappas(record["spectrum"])  # exact sigma_max / sigma_min of each K + g I
             spectra[spec.name] = record["spectrum"]
         spec.out_dir.mkdir(parents=True, exist_ok=True)
         written["json"][spec.name] = write_text(spec.out_dir / "conditioning.json", result_json(record))
