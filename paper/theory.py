@@ -34,6 +34,14 @@ MOMENT_DRAWS = 4000   # matrices behind each Monte Carlo moment
 SEED = 0
 
 
+def _pyplot():
+    """matplotlib's pyplot on the file backend (imported when a figure is drawn: the tests of the numbers need none)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def _quantiles(values: list[float]) -> str:
     q = statistics.quantiles(values, n=10)
     return f"{statistics.median(values):.3g} (10-90%: {q[0]:.3g} to {q[-1]:.3g})"
@@ -41,9 +49,7 @@ def _quantiles(values: list[float]) -> str:
 
 def fig5(folder: Path) -> tuple[list[str], dict[str, float]]:
     """Fig. 5: one draw of each case as a picture, and kappa over ``DRAWS`` draws."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     g = torch.Generator().manual_seed(SEED)
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
@@ -110,9 +116,7 @@ def props(draws: int = 100) -> list[str]:
 
 def thm22(folder: Path, depth: int = 6, tokens: int = 50) -> list[str]:
     """Seed 004's Thm 2.2 through the suite's attention modules: the kernel spectrum per layer, OSA vs softmax."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), sharey=True)
     lines = []
@@ -171,9 +175,7 @@ def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images
     """Fig. 6: the tokens after each block's pre-LN under the paper's init (DINO ViT-S/16, model=skipless,
     the paper's recipe), on the default's images: the entries' histogram (the figure's view) beside the mean
     cosine between an image's patch tokens, which independent isotropic tokens keep near 0."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     from skipless.config import load_config
     from skipless.models.from_config import vit_from_config
@@ -188,7 +190,7 @@ def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images
         patches = torch.nn.functional.normalize(t[:, 1:].double(), dim=-1)
         cos = patches @ patches.transpose(1, 2)
         n = cos.shape[-1]
-        mean_cos = float((cos.sum((1, 2)) - n) .mean() / (n * (n - 1)))
+        mean_cos = float((cos.sum((1, 2)) - n).mean() / (n * (n - 1)))  # off the diagonal
         entries = t.flatten().double()
         kurtosis = float(((entries - entries.mean()) ** 4).mean() / entries.var() ** 2)
         cosines.append(mean_cos)
