@@ -1,6 +1,9 @@
 """train.precision: bf16-mixed and 16-mixed train the fp32 numbers to their tolerance (issue 15's rule for
 every speed key), on a short deterministic DINO run and a supervised one. On a CPU without native bf16
 this runs emulated (slow at scale, fine at this size); on a GPU one of them is the default (``auto``)."""
+import json
+
+import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -36,3 +39,40 @@ def test_mixed_precision_trains_the_fp32_losses_to_its_tolerance(tmp_path, monke
     assert len(fp32) == 4 and len(set(fp32.tolist())) > 1
     assert not torch.equal(low, fp32)  # autocast really ran
     torch.testing.assert_close(low, fp32, rtol=RTOL[entry, mixed], atol=0)
+
+
+class Dtypes(pl.Callback):
+    """The dtypes of every step's loss and of the module's floating parameters."""
+
+    def __init__(self):
+        self.loss, self.params = set(), set()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.loss.add((outputs["loss"] if isinstance(outputs, dict) else outputs).dtype)
+        self.params |= {p.dtype for p in pl_module.parameters() if p.is_floating_point()}
+
+
+MAE_TINY = ["ssl=mae", "model=decayed", "model.arch=vit_tiny", "model.depth=1", "model.img_size=32",
+            "mae.input_size=32", "mae.decoder.dim=32", "mae.decoder.depth=1", "mae.decoder.heads=2",
+            "mae.reconstructions_every_n_epochs=1", "mae.reconstruction_images=2", "data.n_train=8",
+            "data.n_val=4", "train.batch_size_per_device=4", "train.num_workers=0", "train.knn_every_n_epochs=1",
+            "train.knn_k=3", "train.epochs=1", "optim.warmup_epochs=0", "diagnostics.every_n_epochs=0",
+            "diagnostics.signals_every_n_steps=0", "diagnostics.rank_images=4"]
+
+
+@pytest.mark.parametrize("entry,run,tiny", [("pretrain", pretrain, [*DINO_TINY, "diagnostics.rank_images=4"]),
+                                            ("pretrain", pretrain, MAE_TINY), ("train", train, SUP_TINY)],
+                         ids=["dino", "mae", "supervised"])
+def test_64_true_trains_in_float64_through_the_losses_and_the_monitors(tmp_path, entry, run, tiny):
+    """The losses upcast only 16-bit tensors (``full_precision.at_least_float32``): a ``.float()`` there
+    rounded the float64 run to float32, and DINO's head failed on it; the monitors feed float32 images to
+    the float64 backbone (``features.embed_tokens`` casts them). SOAP, whose statistics follow the weights'
+    dtype, on the DINO run."""
+    rec = Dtypes()
+    extra = ["optim=soap"] if tiny is not MAE_TINY and entry == "pretrain" else []
+    cfg = load_config(entry, [*tiny, *extra, "train.precision=64-true", f"data.root={tmp_path / 'data'}",
+                              f"run.root={tmp_path}", "run.name=f64"])
+    run(cfg, extra_callbacks=[rec])
+    assert rec.loss == {torch.float64} and rec.params == {torch.float64}
+    summary = json.loads((tmp_path / "f64" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["precision"].startswith("64-true")

@@ -40,3 +40,10 @@ def full_precision() -> Iterator[None]:
         for device_type in autocast_device_types():
             stack.enter_context(torch.autocast(device_type, enabled=False))
         yield
+
+
+def at_least_float32(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 when it is in a 16-bit float dtype, else as it is: the losses' and the DINO head's
+    upcast, which must leave the float64 of ``train.precision=64-true`` alone (``t.float()`` would round
+    every float64 activation to float32 there, and a float32 input to float64 weights fails)."""
+    return t.float() if t.is_floating_point() and t.element_size() < 4 else t

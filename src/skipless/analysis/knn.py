@@ -66,12 +66,14 @@ def knn_predict(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feat
 def extract_cls(backbone: nn.Module, batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
                 device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
     """CLS features and labels of every (images, labels) batch, in eval mode, on ``device`` (no batch
-    waits for the device to hand its features back)."""
+    waits for the device to hand its features back). Images come in the weights' dtype (float64 under
+    ``train.precision=64-true``)."""
+    dtype = next(backbone.parameters()).dtype
     was_training = backbone.training
     backbone.eval()
     feats, labels = [], []
     for images, y in batches:
-        feats.append(backbone(images.to(device)).float())
+        feats.append(backbone(images.to(device, dtype)).float())
         labels.append(y.to(device))
     backbone.train(was_training)
     return torch.cat(feats), torch.cat(labels)

@@ -58,8 +58,9 @@ def resolve_layers(layers: Any, depth: int) -> list[int]:
 
 
 def embed_tokens(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """Patch embedding + CLS token + (interpolated) position embedding, as timm does before the blocks."""
-    x = model.patch_embed(x)
+    """Patch embedding + CLS token + (interpolated) position embedding, as timm does before the blocks.
+    Images come in the weights' dtype (float32 images reach a ``train.precision=64-true`` model's monitors)."""
+    x = model.patch_embed(x.to(next(model.patch_embed.parameters()).dtype))
     x = model._pos_embed(x)
     x = model.patch_drop(x)
     return model.norm_pre(x)

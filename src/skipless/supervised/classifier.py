@@ -26,7 +26,7 @@ from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..divergence import stop_if_diverged
-from ..full_precision import full_precision
+from ..full_precision import at_least_float32, full_precision
 from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
 from ..models.vit import create_vit
@@ -116,7 +116,7 @@ class Supervised(pl.LightningModule):
         parts = micro_steps(self, batch if mixed is None else mixed, int(self.cfg.train.batch_size_per_device))
         loss, top1 = 0.0, 0.0
         for part, weight in parts:
-            logits = self(part[0]).float()
+            logits = at_least_float32(self(part[0]))
             if mixed is not None:
                 part_loss = torch.sum(-part[1] * F.log_softmax(logits, dim=-1), dim=-1).mean()
             else:
@@ -140,7 +140,7 @@ class Supervised(pl.LightningModule):
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         images, labels = batch
-        logits = self(images).float()
+        logits = at_least_float32(self(images))
         self.val_top1.update(logits, labels)
         self.val_top5.update(logits, labels)
         self.val_counts.update(logits.argmax(-1), labels)

@@ -41,7 +41,7 @@ from torch import nn
 from torchvision import transforms
 
 from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from ...full_precision import full_precision
+from ...full_precision import at_least_float32, full_precision
 
 
 class RandomGaussianBlur:
@@ -163,7 +163,7 @@ class DINOHead(nn.Module):
         # (error ~2e-3 at init) moves single teacher probabilities by several percent (LOGIT_PRECISION in
         # tests/test_ssl_head.py measures it). 256 x 65536 weights: a small part of a step's work.
         with full_precision():
-            return self.last_layer(F.normalize(x.float(), dim=-1, p=2))
+            return self.last_layer(F.normalize(at_least_float32(x), dim=-1, p=2))
 
 
 class DINOLoss(nn.Module):
@@ -200,9 +200,9 @@ class DINOLoss(nn.Module):
             views), which is how collapse shows: both fall to 0 when all outputs agree.
         """
         n_views = student_out.shape[0] // (teacher_out.shape[0] // self.n_global)
-        student_logp = F.log_softmax(student_out.float() / self.student_temp, dim=-1).chunk(n_views)
-        teacher_p = F.softmax((teacher_out.float() - self.center) / teacher_temp, dim=-1).detach().chunk(self.n_global)
-        total, pairs = student_out.new_zeros((), dtype=torch.float32), 0
+        student_logp = F.log_softmax(at_least_float32(student_out) / self.student_temp, dim=-1).chunk(n_views)
+        teacher_p = F.softmax((at_least_float32(teacher_out) - self.center) / teacher_temp, dim=-1).detach().chunk(self.n_global)
+        total, pairs = student_logp[0].new_zeros(()), 0
         for t, p in enumerate(teacher_p):
             for s, logq in enumerate(student_logp):
                 if s == t:
@@ -220,9 +220,9 @@ class DINOLoss(nn.Module):
         is one batch's, or the list of an accumulated step's micro-batches: their mean over every row is
         that of one batch of them all (``module.py``)."""
         outs = [teacher_out] if isinstance(teacher_out, torch.Tensor) else list(teacher_out)
-        batch_sum = outs[0].float().sum(dim=0, keepdim=True)
+        batch_sum = at_least_float32(outs[0]).sum(dim=0, keepdim=True)
         for more in outs[1:]:
-            batch_sum += more.float().sum(dim=0, keepdim=True)
+            batch_sum += at_least_float32(more).sum(dim=0, keepdim=True)
         # written by a kernel: torch.tensor(..., device=) would copy from the host, a sync on a GPU
         count = torch.full((1,), float(sum(t.shape[0] for t in outs)), dtype=torch.float32, device=outs[0].device)
         if dist.is_available() and dist.is_initialized():

@@ -74,7 +74,7 @@ from torchvision import transforms
 
 from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ...errors import ModelArgumentError
-from ...full_precision import full_precision
+from ...full_precision import at_least_float32, full_precision
 from ...models.vit import SkiplessViT
 from .decoder import MAEDecoder
 
@@ -192,8 +192,8 @@ def masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> 
         mask: (B, N), 1 on masked patches (the ones that count), 0 on visible ones.
     """
     with full_precision():
-        per_patch = (pred.float() - target.float()).pow(2).mean(dim=-1)
-        mask = mask.float()
+        per_patch = (at_least_float32(pred) - at_least_float32(target)).pow(2).mean(dim=-1)
+        mask = mask.to(per_patch.dtype)
         return (per_patch * mask).sum() / mask.sum()
 
 
@@ -201,7 +201,7 @@ def reconstruction_target(images: torch.Tensor, p: int, norm_pix: bool) -> torch
     """The patch vectors a prediction is scored against: normalised per patch with ``norm_pix``
     (MAE's ``norm_pix_loss``, the seed's setting for its probes), else the plain pixels."""
     with full_precision():
-        target = patchify(images.float(), p)
+        target = patchify(at_least_float32(images), p)
         return normalized_target(target)[0] if norm_pix else target
 
 

@@ -246,7 +246,7 @@ class Reconstructions(pl.Callback):
         if self._images is None:
             self._images = self.images_fn()
         generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
-        panel = reconstruction_panel(pl_module.net, self._images.to(pl_module.device), generator=generator).float().cpu()
+        panel = reconstruction_panel(pl_module.net, self._images.to(pl_module.device, pl_module.dtype), generator=generator).float().cpu()
         experiment.add_image(TAG, panel, trainer.global_step)
         png = Path(trainer.default_root_dir) / TAG / f"epoch{epoch:03d}.png"
         atomic_write(png, lambda tmp: save_image(panel, tmp, format="png"))
