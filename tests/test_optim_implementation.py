@@ -13,11 +13,21 @@ from skipless.pretrain import check_keys
 from tiny_runs import DINO_TINY, SUP_TINY, Losses
 
 LONGER = ["model.depth=2", "train.epochs=2"]  # two blocks, four steps
+# SOAP's first bases are the eigenvectors of the first gradient's factors; a factor of lower rank than its
+# size (G G^T of a non-square G) has a null space whose basis eigh picks by round-off, and Adam's
+# per-coordinate step in it follows that pick. Runs that differ only in round-off then part at step 3:
+# measured on the runs below, 1e-7 relative noise on the initial weights moved the losses by up to 5.1e-4
+# (DINO) and 9.4e-5 (supervised) on a CPU, and foreach against loop differed by 1.5e-4 on an H200
+# (batched and single matrix products round differently there; on a CPU they agree to the bit).
+RUN_RTOL = {"adamw": 1e-4, "soap": 2e-3}
 
 
 def _model_params():
+    """Square matrices and a tensor whose every unfolding has more columns than rows: every factor of
+    the first gradient has full rank, so the bases are defined by the numbers, not by round-off (with
+    (8, 4) matrices, 1e-7 noise on the gradients moved SOAP's weights by 2e-2 in six steps)."""
     torch.manual_seed(0)
-    return [torch.nn.Parameter(torch.randn(s)) for s in [(8, 4), (8, 4), (4,), (3, 5, 2), (7,)]]
+    return [torch.nn.Parameter(torch.randn(s)) for s in [(6, 6), (6, 6), (4,), (3, 5, 2), (7,)]]
 
 
 @pytest.mark.parametrize("name", sorted(IMPLEMENTATIONS))
@@ -56,7 +66,7 @@ def test_runs_give_the_same_losses_with_every_implementation(tmp_path, entry, ru
     first, *others = IMPLEMENTATIONS[optim]
     assert len(losses[first]) == 4 and len(set(losses[first].tolist())) > 1
     for impl in others:
-        torch.testing.assert_close(losses[impl], losses[first], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(losses[impl], losses[first], rtol=RUN_RTOL[optim], atol=1e-5)
 
 
 def test_an_implementation_the_optimizer_lacks_is_refused_in_one_sentence():
