@@ -101,6 +101,11 @@ def test_every_key_of_every_group_choice_has_a_rule_and_the_shipped_configs_pass
             with pytest.raises(ConfigError, match=f"recipe={recipe} sets keys of ssl={others[0]}"):
                 check_keys(cfg)
             continue
+        family = OmegaConf.select(OmegaConf.load(CONFIG_DIR / "model" / f"{model}.yaml"), "model.family")
+        if family not in (None, "vit"):  # make train's other timm models (model=swin-s): pretraining builds ViTs
+            with pytest.raises(ConfigError, match="^model.family must be vit: pretraining builds the suite's ViT"):
+                check_keys(cfg)
+            continue
         if data not in DATASETS:  # a classification dataset of make train: pretraining reads none
             with pytest.raises(ConfigError, match=f"data.name must be one of default, imagenet, got '{data}'"):
                 check_keys(cfg)

@@ -94,7 +94,7 @@ def run_dir_of(cfg: DictConfig, spec: BackboneSpec) -> Path:
 
 def starting_backbone(cfg: DictConfig, spec: BackboneSpec) -> nn.Module:
     """The backbone fine-tuning starts from (module docstring, step 2)."""
-    model = classifier_backbone(cfg.model)
+    model = classifier_backbone(cfg.model, int(cfg.aug.image_size))
     if cfg.finetune.random_init:
         return model
     state = spec_model(spec).state_dict()

@@ -58,6 +58,17 @@ def describe_model(m: Mapping) -> str:
 
     Settings at their default are left out: the decay's indexing, branches and zero-init (``decay per
     layer``, ``decay attn only``, ``branch outputs not zeroed``) and a fixed position table (``pos-embed sincos``) show only when chosen."""
+    if m.get("family", "vit") != "vit":  # another timm model (models/timm_family.py): timm's skips and init
+        graying = m.get("token_graying") or {}
+        method = graying.get("method") or "none"
+        given = ", ".join(f"{k}={v}" for k, v in (m.get("timm_args") or {}).items())
+        parts = [f"{m['timm_name']} (timm, its own skips and init)" + (f" ({given})" if given else "")]
+        if method != "none":
+            eps = graying.get("eps")
+            parts.append(f"token graying {method} eps {number_text(0.95 if eps is None else eps)} on "
+                         f"{m.get('patch_size')}-px patches")
+        parts.append(f"drop-path {number_text(m.get('drop_path_rate', 0.0))}")
+        return ", ".join(parts)
     depth = m.get("depth")
     parts = [f"{m['arch']}/{m.get('patch_size') or 16}" + (f", {depth} blocks" if depth else ""),
              f"residual {m['residual']}"]

@@ -179,10 +179,14 @@ def _file_spec(item: str, runs_root: Path) -> BackboneSpec:
 
 def _init_overrides(item: str) -> tuple[str, tuple[str, ...]]:
     """``init:<model>[:<arch>]`` -> (label, the pretraining config overrides of that backbone)."""
-    from ..config import available
+    from omegaconf import OmegaConf
+
+    from ..config import CONFIG_DIR, available
 
     parts = item[len(INIT_PREFIX):].split(":")
-    models = available("model")
+    # the ViT presets: a model.family=timm group (make train MODEL=swin-s) is not a backbone the evaluators read
+    models = [m for m in available("model")
+              if OmegaConf.load(CONFIG_DIR / "model" / f"{m}.yaml").model.get("family", "vit") == "vit"]
     if len(parts) > 2 or parts[0] not in models or (len(parts) == 2 and parts[1] not in ARCHS):
         raise BackboneNotFoundError(
             f"CKPT item {item!r} names no model preset; expected init:<model> or init:<model>:<arch> with a "

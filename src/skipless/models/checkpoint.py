@@ -93,9 +93,18 @@ def is_backbone_file(payload: Any) -> bool:
     return isinstance(payload, dict) and payload.get("format") == FORMAT
 
 
-def stored_args(payload: dict[str, Any]) -> dict[str, Any]:
-    """The ``create_vit`` arguments of a ``save_backbone`` payload, defaults of older files filled in."""
-    return {"pos_embed_interp": LEGACY_POS_EMBED_INTERP, **payload["args"]}
+def stored_args(payload: dict[str, Any], source: str) -> dict[str, Any]:
+    """The ``create_vit`` arguments of a ``save_backbone`` payload, defaults of older files filled in.
+
+    Raises:
+        BackboneLoadError: a backbone of another family (``make train MODEL=swin-s``: ``timm_family.py``),
+            which no reader of ViT tokens can take.
+    """
+    args = payload["args"]
+    if args.get("family", "vit") != "vit":
+        raise BackboneLoadError(f"{source} holds a {args.get('timm_name')} (model.family={args['family']}); the "
+                                "evaluators, make finetune and pretraining read the suite's ViT backbones only")
+    return {"pos_embed_interp": LEGACY_POS_EMBED_INTERP, **args}
 
 
 def _is_tensor_dict(obj: Any) -> bool:
@@ -176,7 +185,7 @@ def read_backbone_args(path: str | os.PathLike, arch: str | None = None) -> dict
         if arch is not None:
             raise BackboneLoadError(f"{path} is a skipless backbone that stores its architecture; "
                                     f"do not name one ({arch!r})")
-        return stored_args(payload)
+        return stored_args(payload, str(path))
     plain = plain_state_dict(payload, str(path))
     if arch is None:
         raise _arch_required(path)
@@ -226,7 +235,7 @@ def load_backbone(path: str | os.PathLike, map_location: str | torch.device = "c
     path = Path(path)
     payload = _read(path)
     if is_backbone_file(payload):
-        args, state = stored_args(payload), payload["state_dict"]
+        args, state = stored_args(payload, str(path)), payload["state_dict"]
     else:
         plain = plain_state_dict(payload, str(path))
         if arch is None:

@@ -29,6 +29,7 @@ from ..divergence import stop_if_diverged
 from ..full_precision import at_least_float32, full_precision
 from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
+from ..models.timm_family import create_timm_backbone
 from ..models.vit import create_vit
 from ..optim import optimizer_from_config
 from ..optim.param_groups import layer_decay_groups, param_groups
@@ -41,8 +42,13 @@ from ..training.module_contract import start_step
 from .augment import batch_mixer
 
 
-def classifier_backbone(m: DictConfig) -> nn.Module:
-    """The backbone of ``m`` with timm's init (CLS token included) and the residual mode's own init."""
+def classifier_backbone(m: DictConfig, image_size: int) -> nn.Module:
+    """The backbone of ``m`` with timm's init (CLS token included) and the residual mode's own init; for
+    ``model.family=timm``, timm's model of ``model.timm_name`` at the training's ``image_size``."""
+    if m.family == "timm":
+        args = None if m.timm_args is None else OmegaConf.to_container(m.timm_args)
+        return create_timm_backbone(m.timm_name, m.img_size or image_size, int(m.patch_size), dict(m.token_graying),
+                                    float(m.drop_path_rate), args)
     args = vit_args(m)
     return create_vit(args.pop("arch"), drop_path_rate=float(m.drop_path_rate), **args)
 
@@ -54,7 +60,7 @@ class Supervised(pl.LightningModule):
         cfg: the resolved ``configs/train.yaml`` config (or ``finetune.yaml``'s, built on it).
         num_classes: classes of the dataset (read from it by the entry point).
         backbone: the backbone to train, built as ``cfg.model`` says with the weights it starts from
-            (fine-tuning: ``skipless/finetune.py``); None draws ``classifier_backbone(cfg.model)`` (from scratch).
+            (fine-tuning: ``skipless/finetune.py``); None draws ``classifier_backbone(cfg.model, ...)`` (from scratch).
     """
 
     def __init__(self, cfg: DictConfig, num_classes: int, backbone: nn.Module | None = None) -> None:
@@ -62,10 +68,10 @@ class Supervised(pl.LightningModule):
         self.cfg, self.num_classes = cfg, int(num_classes)
         self.schedules: dict[str, np.ndarray] = {}  # per optimizer step, from configure_optimizers
         self.automatic_optimization = False
-        self.backbone = classifier_backbone(cfg.model) if backbone is None else backbone
+        self.backbone = classifier_backbone(cfg.model, int(cfg.aug.image_size)) if backbone is None else backbone
         compile_in_place((self.backbone,), bool(cfg.train.compile))
         self.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))
-        self.head = nn.Linear(self.backbone.embed_dim, self.num_classes)
+        self.head = nn.Linear(self.backbone.num_features, self.num_classes)
         # timm's init of a ViT's classifier (std 0.02); MAE's fine-tuning draws 2e-5 (model.head_init_std)
         nn.init.trunc_normal_(self.head.weight, std=float(cfg.model.head_init_std))
         nn.init.zeros_(self.head.bias)

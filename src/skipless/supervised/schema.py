@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from ..config_rules import Rule, integer, is_real, number, one_of, optional, text
 from ..data.classification.registry import READERS
+from ..models.timm_family import FAMILIES, TimmFamilyError, create_timm_backbone
 from ..training import schema as pretrain_schema
 from ..training.schema import POSITIVE_INT, UNIT, check_against
 
@@ -38,6 +39,8 @@ RULES.update({
     "aug.mixup_switch_prob": UNIT,
     "aug.label_smoothing": number(0, 1, high_open=True),
     "aug.eval_crop_pct": number(0, 1, low_open=True, high_open=False),  # 1: the whole image, no crop
+    "model.family": one_of(*FAMILIES),
+    "model.timm_args.*": Rule(lambda v: True, "a timm constructor argument"),  # timm itself checks them (_timm_family)
     "model.head_init_std": number(0, low_open=True),
     "optim.layer_decay": number(0, 1, low_open=True, high_open=False),
     "train.val_every_n_epochs": integer(1),
@@ -65,10 +68,40 @@ def _mixup_pairs(v: dict[str, Any]) -> str | None:
     return None
 
 
+# What model.family=timm leaves to timm (models/timm_family.py): the ViT's own keys must stay at what timm builds.
+_TIMM_KEEPS = {"model.residual": "skip", "model.init": "timm", "model.attention": "softmax", "model.norm": "layernorm",
+               "model.depth": None, "model.pos_embed": "learned", "optim.layer_decay": 1.0,
+               "diagnostics.every_n_epochs": 0, "diagnostics.signals_every_n_steps": 0}
+
+
+def _timm_family(v: dict[str, Any]) -> str | None:
+    args = {k[len("model.timm_args."):]: x for k, x in v.items() if k.startswith("model.timm_args.")}
+    if v["model.family"] != "timm":
+        if v["model.timm_name"] is not None or args:
+            return (f"model.timm_name and model.timm_args apply to model.family=timm, but model.family is "
+                    f"{v['model.family']}; expected a timm model group (model=swin-s, cait-s, pvt-v2-b3) or neither")
+        return None
+    import timm
+
+    name = v["model.timm_name"]
+    if name is None or not timm.is_model(name):
+        return (f"model.family=timm needs model.timm_name to be a timm model, got {name!r}; expected a name of "
+                f"timm.list_models(), e.g. swin_small_patch4_window7_224")
+    for key, kept in _TIMM_KEEPS.items():
+        if v[key] != kept:
+            return (f"{key}={v[key]} does not apply to model.family=timm ({name} keeps timm's skips, init, "
+                    f"attention and blocks; the diagnostics and layer decay read ViT blocks); expected {kept}")
+    try:  # built once here, so that arguments timm refuses are one sentence before the run folder is written
+        create_timm_backbone(name, v["model.img_size"] or v["aug.image_size"], v["model.patch_size"], None, 0.0, args)
+    except TimmFamilyError as err:
+        return str(err)
+    return None
+
+
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     pretrain_schema.warmup_within, pretrain_schema.exports_reached, pretrain_schema.implementation_exists,
     pretrain_schema.diagnosed_blocks_exist,
-    _image_tiles, _mixup_pairs)
+    _image_tiles, _mixup_pairs, _timm_family)
 
 
 def check_train_config(cfg: DictConfig) -> None:

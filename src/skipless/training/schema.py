@@ -61,6 +61,11 @@ RULES: dict[str, Rule] = {
     "ssl": NAME,  # the method (configs/ssl/<name>.yaml); its section is checked by its Method's rules
     "run.resume": BOOL,
     "model.name": NAME,
+    # model groups of another family (configs/model/swin-s.yaml ...) set these; pretraining builds the suite's ViT
+    "model.family": Rule(lambda v: v == "vit", "vit: pretraining builds the suite's ViT (model=swin-s, cait-s and "
+                                               "pvt-v2-b3 are model.family=timm models for make train)"),
+    "model.timm_name": optional(NAME),
+    "model.timm_args": Rule(lambda v: v is None, "null: pretraining builds the suite's ViT"),
     "model.arch": NAME,  # create_vit refuses unknown names, listing the known ones
     "model.patch_size": POSITIVE_INT,
     "model.depth": optional(POSITIVE_INT),

@@ -1,0 +1,112 @@
+"""model.family=timm (models/timm_family.py): seeds/003 Table 4's Swin, CaiT and PVTv2 from timm, with DCT token
+graying on the grid of model.patch_size before their stem, trained by make train; the readers of ViT tokens
+refuse their backbones in one sentence."""
+import json
+
+import pytest
+import timm
+import torch
+
+from skipless.config import ConfigError, load_config
+from skipless.models.checkpoint import BackboneLoadError, load_backbone
+from skipless.models.timm_family import TimmFamilyError, create_timm_backbone
+from skipless.models.token_graying import gray_images
+from skipless.train import check_config, train
+from tiny_runs import Losses
+
+# Two-stage, one-block versions of each family at 32 px (the grid's patch, the constructor's arguments).
+TINY = {"swin-s": ("swin_small_patch4_window7_224", 4, {"embed_dim": 12, "depths": [1, 1], "num_heads": [1, 2],
+                                                        "window_size": 4}),
+        "cait-s": ("cait_s24_224", 16, {"embed_dim": 24, "depth": 1, "num_heads": 2, "depth_token_only": 1}),
+        "pvt-v2-b3": ("pvt_v2_b3", 4, {"embed_dims": [8, 16, 16, 16], "depths": [1, 1, 1, 1],
+                                       "num_heads": [1, 1, 1, 1], "mlp_ratios": [2, 2, 2, 2]})}
+
+
+def _timm_args_override(args: dict) -> str:
+    return "model.timm_args={" + ", ".join(f"{k}: {v}" for k, v in args.items()) + "}"
+
+
+@pytest.mark.parametrize("model", sorted(TINY))
+@pytest.mark.parametrize("method,eps", [("dct", 0.9), ("svd", 0.7)])
+def test_graying_feeds_the_stem_the_grayed_image_and_keeps_timms_weights(model, method, eps):
+    name, patch, args = TINY[model]
+    torch.manual_seed(0)
+    grayed = create_timm_backbone(name, 32, patch, {"method": method, "eps": eps}, 0.0, args)
+    plain = timm.create_model(name, pretrained=False, num_classes=0,
+                              **({} if model == "pvt-v2-b3" else {"img_size": 32}),
+                              **{k: tuple(v) if isinstance(v, list) else v for k, v in args.items()})
+    plain.load_state_dict(grayed.state_dict(), strict=True)  # timm's own names: a timm state dict loads as it is
+    plain.eval(), grayed.eval()
+    x = torch.rand(2, 3, 32, 32)
+    reference = gray_images(x, patch, method, eps)
+    assert (reference - x).abs().max() > 1e-3  # the graying changes the image
+    with torch.no_grad():
+        torch.testing.assert_close(grayed(x), plain(reference), rtol=1e-5, atol=1e-6)
+        # the stem sees another input (CaiT's LayerScale at 1e-5 hides it from the pooled output at init)
+        torch.testing.assert_close(grayed.patch_embed(x), plain.patch_embed(reference), rtol=1e-5, atol=1e-6)
+        assert (grayed.patch_embed(x) - plain.patch_embed(x)).abs().max() > 1e-3
+    assert grayed.skipless_args["family"] == "timm" and grayed.skipless_args["timm_args"] == {
+        k: tuple(v) if isinstance(v, list) else v for k, v in args.items()}
+
+
+def test_no_graying_is_timms_model_unchanged():
+    name, patch, args = TINY["cait-s"]
+    model = create_timm_backbone(name, 32, patch, {"method": "none", "eps": None}, 0.0, args)
+    assert not model.patch_embed._forward_pre_hooks
+
+
+@pytest.mark.parametrize("args,message", [
+    (["model.residual=skipless"], "model.residual=skipless does not apply to model.family=timm (swin_small_patch4_window7_224 "
+                                  "keeps timm's skips, init, attention and blocks"),
+    (["model.init=cutskip"], "model.init=cutskip does not apply to model.family=timm"),
+    (["optim.layer_decay=0.75"], "optim.layer_decay=0.75 does not apply to model.family=timm"),
+    (["diagnostics.every_n_epochs=1"], "diagnostics.every_n_epochs=1 does not apply to model.family=timm"),
+    (["model.timm_name=swin_nonsense"], "model.family=timm needs model.timm_name to be a timm model, got 'swin_nonsense'"),
+    (["model.timm_args={nope: 1}"], "timm cannot build swin_small_patch4_window7_224 at 96 px with nope=1 ("),
+])
+def test_what_timm_cannot_take_is_one_sentence_before_the_run_folder(tmp_path, args, message):
+    with pytest.raises(ConfigError, match=f"^{message.replace('(', '[(]').replace(')', '[)]')}"):
+        check_config(load_config("train", ["model=swin-s", f"run.root={tmp_path}", *args]))
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_vit_family_refuses_timm_keys_and_pretraining_refuses_the_family():
+    with pytest.raises(ConfigError, match="^model.timm_name and model.timm_args apply to model.family=timm"):
+        check_config(load_config("train", ["model.timm_name=pvt_v2_b3"]))
+    from skipless.pretrain import check_keys
+    with pytest.raises(ConfigError, match="^model.family must be vit: pretraining builds the suite's ViT"):
+        check_keys(load_config("pretrain", ["model=swin-s"]))
+
+
+def test_a_tiny_swin_with_dct_graying_trains_and_its_backbone_is_refused_by_the_readers(tmp_path):
+    name, patch, args = TINY["swin-s"]
+    rec = Losses()
+    cfg = load_config("train", ["model=swin-s", _timm_args_override(args), "model.token_graying.method=dct",
+                                "aug.image_size=32", "data.n_train=8", "data.n_val=4", "train.batch_size_per_device=4",
+                                "train.num_workers=0", "train.epochs=1", "optim.warmup_epochs=0",
+                                "train.precision=32-true", f"data.root={tmp_path / 'data'}", f"run.root={tmp_path}",
+                                "run.name=swin"])
+    trainer, module = train(cfg, extra_callbacks=[rec])
+    assert len(rec.values) == 2 and all(torch.isfinite(torch.tensor(rec.values)))
+    assert module.head.in_features == module.backbone.num_features == 24  # the pooled feature of the last stage
+    assert module.backbone.patch_embed._forward_pre_hooks  # the graying hook is on the stem
+    summary = json.loads((tmp_path / "swin" / "summary.json").read_text())
+    assert summary["status"] == "finished" and "val" in summary
+    saved = (tmp_path / "swin" / "config.yaml").read_text()
+    assert "family: timm" in saved and "window_size: 4" in saved
+    with pytest.raises(BackboneLoadError, match=r"holds a swin_small_patch4_window7_224 \(model.family=timm\); the "
+                                                r"evaluators, make finetune and pretraining read the suite's ViT"):
+        load_backbone(tmp_path / "swin" / "backbone.pt")
+
+
+def test_init_items_offer_only_the_vit_presets():
+    from skipless.models.backbone_items import BackboneNotFoundError, init_args_of, _init_overrides
+    with pytest.raises(BackboneNotFoundError, match="names no model preset") as err:
+        _init_overrides("init:swin-s")
+    assert "model among attn-skip, decayed, mlp-skip, osa, skip, skipless," in str(err.value)  # no swin-s, cait-s
+    assert init_args_of(_init_overrides("init:skip")[1])["residual"] == "skip"
+
+
+def test_a_constructor_that_rejects_the_arguments_says_so():
+    with pytest.raises(TimmFamilyError, match="^timm cannot build cait_s24_224 at 32 px with depth=1, nope=2"):
+        create_timm_backbone("cait_s24_224", 32, 16, None, 0.0, {"depth": 1, "nope": 2})
