@@ -13,7 +13,7 @@ def test_make_paper_exp_theory_writes_every_section_with_its_verdicts(tmp_path, 
     assert main(["exp=theory", f"root={tmp_path}"]) == 0
     folder = tmp_path / "theory"
     report = (folder / "report.md").read_text()
-    for section in ("## Fig. 5", "## Eqs. 14-20", "## Fig. 6", "## Props. 4.1-4.2", "## Thm 2.2"):
+    for section in ("## Fig. 5", "## Eqs. 14-20", "## Fig. 6", "## Props. 4.1-4.2", "## Thm 2.2", "## Eq. 6, App. A.4.4"):
         assert section in report
     assert (folder / "fig5-softmax.png").stat().st_size > 10_000 and (folder / "thm22-spectra.png").is_file()
     # Eq. 17 as printed fails, Eq. 14 holds; OSA keeps full rank, softmax ends at rank 1
@@ -22,6 +22,8 @@ def test_make_paper_exp_theory_writes_every_section_with_its_verdicts(tmp_path, 
     a_diag = next(line for line in report.splitlines() if line.startswith("| 0.1, 5 | a_diag"))
     assert b_off.endswith("| **no** |") and a_diag.endswith("| yes |")
     assert "| osa | 50 / 50 / 50 / 50 / 50 / 50 / 50 |" in report and "/ 1 / 1 |" in report
+    assert "| skip | timm | " in report and "| skipless | cutskip | " in report and "| **no** |" not in report.split(
+        "## Eq. 6")[1]  # Eq. 6 holds at init on every model; Eq. 37 wherever defined
     assert f"report: {folder / 'report.md'}" in capsys.readouterr().out
     assert (folder / "fig6-pre-ln-tokens.png").is_file() and report.count("\n| 11 | ") == 1  # 12 blocks of ViT-S
 
