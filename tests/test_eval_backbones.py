@@ -73,6 +73,18 @@ def test_random_floor_copies_the_architecture_of_the_first_checkpoint(tmp_path):
     assert not torch.allclose(rand(x), model.eval()(x))
 
 
+def test_the_newest_run_passes_over_other_families_and_on_request_fine_tunings(tmp_path):
+    pretrained, _ = _run(tmp_path, "pretrained", seed=1)
+    tuned, _ = _run(tmp_path, "tuned", seed=2)
+    swin, _ = _run(tmp_path, "swin", seed=3)
+    (tuned / "config.yaml").write_text("finetune:\n  ckpt: runs/pretrained\nmodel:\n  family: vit\n")
+    (swin / "config.yaml").write_text("model:\n  family: timm\n  timm_name: swin_small_patch4_window7_224\n")
+    for age, run in ((300, pretrained), (200, tuned), (100, swin)):
+        os.utime(run / "backbone.pt", (time.time() - age, time.time() - age))
+    assert newest_run(tmp_path) == tuned  # the swin run, newer, is no backbone an evaluator reads
+    assert newest_run(tmp_path, fine_tunings=False) == pretrained  # make finetune's default
+
+
 def test_random_alone_uses_the_newest_run(tmp_path):
     _run(tmp_path, "only", residual="skipless")
     (floor,) = resolve_backbones("random", runs_root=tmp_path)

@@ -187,3 +187,19 @@ def test_the_in_run_diagnostics_watch_a_fine_tuning_with_kappa_in_and_out(tmp_pa
     # Table 3's kappa_in and kappa_out: the mean over the blocks
     for name in ("in", "attn+skip"):
         assert rows[-1]["embeddings_mean_log_kappa"][name] == pytest.approx((kappas["0"][name] + kappas["1"][name]) / 2)
+
+
+def test_without_ckpt_it_takes_the_newest_run_that_is_not_a_fine_tuning(tmp_path):
+    import os
+    import time
+
+    from skipless.finetune import resolve_checkpoint
+
+    torch.manual_seed(0)
+    model = create_vit("vit_tiny", depth=1, img_size=32)
+    runs = tmp_path / "runs"
+    pretrained = save_backbone(runs / "dino" / "backbone.pt", model).parent
+    tuned = save_backbone(runs / "ft-dino" / "backbone.pt", model).parent
+    (tuned / "config.yaml").write_text("finetune:\n  ckpt: runs/dino\n")
+    os.utime(pretrained / "backbone.pt", (time.time() - 100, time.time() - 100))
+    assert resolve_checkpoint([f"run.root={runs}"]).path == pretrained / "backbone.pt"

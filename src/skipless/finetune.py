@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import ConfigError, load_config
-from .models.backbone_items import RANDOM, BackboneSpec, resolve_backbones, spec_model
+from .models.backbone_items import RANDOM, BackboneSpec, newest_run, resolve_backbones, spec_model
 from .models.checkpoint import BackboneLoadError
 from .models.from_config import ARCHITECTURE_KEYS, model_keys_of
 from .supervised.classifier import classifier_backbone
@@ -55,9 +55,13 @@ def _given(argv: Sequence[str], key: str) -> str | None:
 
 
 def resolve_checkpoint(argv: Sequence[str]) -> BackboneSpec:
-    """The one backbone ``finetune.ckpt`` names (``ckpt=`` is taken as its short form), else the newest run."""
+    """The one backbone ``finetune.ckpt`` names (``ckpt=`` is taken as its short form), else the newest run that
+    is not a fine-tuning (fine-tuning the last fine-tuned backbone again is never what an empty CKPT means)."""
     item = _given(argv, "finetune.ckpt") or _given(argv, "ckpt")
     runs_root = _given(argv, "run.root") or "runs"
+    if item is None:  # the newest run that is not itself a fine-tuning
+        run = newest_run(runs_root, fine_tunings=False)
+        item = None if run is None else str(run)
     specs = resolve_backbones(item, runs_root)
     if len(specs) != 1 or specs[0].name == RANDOM:
         raise ConfigError(f"finetune.ckpt={item} names {len(specs)} backbones; expected one item (a run, a backbone "

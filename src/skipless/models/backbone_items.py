@@ -97,9 +97,21 @@ def _stored_args(path: Path) -> dict[str, Any]:
             f"CKPT=\"{path}:vit_small\" (one of {', '.join(ARCHS)})") from err
 
 
-def newest_run(runs_root: str | os.PathLike = "runs") -> Path | None:
-    """The run folder whose ``backbone.pt`` was written last, or None."""
-    found = [p for p in Path(runs_root).glob("*/backbone.pt") if p.is_file()]
+def run_config_value(run: Path, key: str) -> Any:
+    """``key`` (dotted) of a run's saved ``config.yaml``, or None when the file or the key is missing."""
+    from omegaconf import OmegaConf
+
+    path = Path(run) / "config.yaml"
+    return OmegaConf.select(OmegaConf.load(path), key) if path.is_file() else None
+
+
+def newest_run(runs_root: str | os.PathLike = "runs", fine_tunings: bool = True) -> Path | None:
+    """The run folder whose ``backbone.pt`` was written last, or None. Runs of another model family
+    (``make train MODEL=swin-s``, whose backbones no evaluator reads) are passed over, and so are
+    fine-tunings (``make finetune``'s runs) when ``fine_tunings`` is false."""
+    found = [p for p in Path(runs_root).glob("*/backbone.pt") if p.is_file()
+             and run_config_value(p.parent, "model.family") in (None, "vit")
+             and (fine_tunings or run_config_value(p.parent, "finetune") is None)]
     return max(found, key=lambda p: p.stat().st_mtime).parent if found else None
 
 
