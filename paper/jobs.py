@@ -117,7 +117,7 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
 
     ``base`` is the scale folder (``runs/paper/<scale>``); paths in the jobs' overrides are absolute so
     a job runs the same from any working directory (a SLURM node's included). ``run_extra``: overrides
-    added to every training run (the devices of a SLURM job). ``exports``: the epochs every run exports
+    added to every training run and fine-tuning (the devices of a SLURM job). ``exports``: the epochs every run exports
     at this scale (``paper.exports``) besides the experiment's own, so that experiments that evaluate
     different checkpoints of the same training share it (the exports are part of its config).
     ``quick``: at the quick scale, the ``quick`` section of the ``paper`` config (None: the file's),
@@ -168,7 +168,8 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
                     name = f"{ev_name}-{_slug(all_labels)}"
                     folder = base / here / "evals" / name
                     if ev.entry == FINETUNE:  # a training from the backbone, in the evaluation's folder: run/
-                        args = [*overrides, *shrink.get(ev.entry, []), f"finetune.ckpt={backbone}"]
+                        # ... on the devices of a training (a SLURM job of slurm.nodes x gpus_per_node, slurm.py)
+                        args = [*overrides, *shrink.get(ev.entry, []), f"finetune.ckpt={backbone}", *run_extra]
                         where = (f"run.root={folder}", "run.name=run")
                     else:
                         # random_floor=false: an experiment names its random cells itself (a floor per job would

@@ -6,7 +6,8 @@ local runner calls). A training run is a multi-node job: ``nodes`` x ``gpus_per_
 GPU, and Lightning reads the SLURM environment inside each task (``train.devices`` and
 ``train.num_nodes`` are set to match, and are part of the run's identity: they set the accumulation steps
 of a recipe's ``train.global_batch``, or the global batch where it is null).
-An evaluation is a one-GPU job that waits for its training run (``--dependency=afterok:<id>``); a
+A fine-tuning evaluation (``make finetune``) is a training too and gets the same resources; any other
+evaluation is a one-GPU job that waits for its training run (``--dependency=afterok:<id>``); a
 last, GPU-less job writes the report once every other job has ended (``afterany``). ``make paper``
 returns after submitting; running it again later skips the jobs that are done, submits again the
 ones that failed, and writes the report.
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
+from .experiment import FINETUNE
 from .jobs import Job, is_done, write_marker, run_job
 
 
@@ -36,7 +38,7 @@ def _resources(job: Job, settings: DictConfig) -> dict[str, Any]:
               "mem_gb": int(settings.mem_gb)}
     if settings.account:
         common["slurm_account"] = settings.account
-    if job.kind == "run":
+    if job.kind == "run" or job.entry == FINETUNE:  # a fine-tuning is a training: the run's nodes, GPUs and time
         gpus = int(settings.gpus_per_node)
         return {**common, "nodes": int(settings.nodes), "gpus_per_node": gpus, "tasks_per_node": gpus,
                 "timeout_min": int(settings.run_minutes)}

@@ -85,3 +85,16 @@ def test_the_debug_executor_runs_the_same_jobs_in_dependency_order(tmp_path):
         assert submitted[job.name].result() == 0
         assert is_done(base, job)
     assert submit_slurm(base, default_cells, settings, cluster="debug", say=lambda _: None) == {}  # all done
+
+
+def test_a_fine_tuning_evaluation_gets_a_trainings_nodes_gpus_and_time(tmp_path):
+    from paper.slurm import _resources, run_overrides
+
+    settings = load_config("paper", ["slurm.partition=gpu", "slurm.nodes=2", "slurm.gpus_per_node=4"]).slurm
+    jobs, _ = plan(load_experiment("graying-mae"), "full", tmp_path, run_overrides(settings))
+    tunings = [j for j in jobs if j.entry == "finetune"]
+    assert len(tunings) == 2
+    for job in tunings:
+        assert "train.devices=4" in job.overrides and "train.num_nodes=2" in job.overrides
+        r = _resources(job, settings)
+        assert (r["nodes"], r["gpus_per_node"], r["timeout_min"]) == (2, 4, int(settings.run_minutes))
