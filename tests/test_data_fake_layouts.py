@@ -75,3 +75,12 @@ def test_mnist_layout_is_read_by_the_idx_reader_as_28_px_grey_digits(fake):
     assert (len(train), len(val)) == (SIZES.train, SIZES.val) and sorted(set(train.labels)) == [0, 1]
     image, _ = train[0]
     assert image.size == (28, 28) and np.asarray(image).std() > 0  # a scene, not a blank
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_cifar_layouts_are_read_by_the_pickle_reader_as_32_px_scenes(fake, name):
+    train, val = (classification_split(name, fake[name], s) for s in ("train", "val"))
+    assert (len(train), len(val)) == (SIZES.train, SIZES.val) and sorted(set(train.labels)) == [0, 1]
+    assert len(train.class_names) == SIZES.classes
+    image, _ = train[0]
+    assert image.size == (32, 32) and image.mode == "RGB" and np.asarray(image).std() > 0

@@ -19,6 +19,8 @@ dataset, in the arrangement the configs' default roots name (``data/imagenet``, 
     tiny-imagenet/tiny-imagenet-200/   wnids.txt, words.txt, train/<wnid>/images/*.JPEG (64 px),
                              val/images/*.JPEG, val/val_annotations.txt
     mnist/MNIST/raw/         {train,t10k}-{images-idx3,labels-idx1}-ubyte: the scenes grey at 28 px (torchvision's)
+    cifar10/cifar-10-batches-py/, cifar100/cifar-100-python/   the official pickles (bytes keys, R, G, B planes
+                             per row) of the scenes at 32 px: five train batches and a test batch / train, test
 
 Each split has ``classes x train_per_class`` and ``classes x val_per_class`` images; the labelled
 layouts deal the scenes to their classes in turn, the dense ones map the scenes' 10 shape classes onto
@@ -236,6 +238,43 @@ def write_mnist_layout(folder: Path, scenes: list[Scene], sizes: FakeSizes) -> N
         write_mnist(folder / "MNIST" / "raw", split, images, labels)
 
 
+def _cifar_rows(scenes: list[Scene]) -> np.ndarray:
+    """The scenes at 32 x 32 as the official rows: the red, then the green, then the blue plane, row-major."""
+    images = [np.asarray(s.image.convert("RGB").resize((32, 32), Image.BICUBIC)) for s in scenes]
+    if not images:  # a batch with no scene dealt to it (fewer train scenes than batches)
+        return np.zeros((0, 3 * 32 * 32), dtype=np.uint8)
+    return np.stack(images).transpose(0, 3, 1, 2).reshape(len(scenes), 3 * 32 * 32)
+
+
+def _pickle(path: Path, content: dict) -> None:
+    import pickle
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(content, protocol=2))
+
+
+def write_cifar10(folder: Path, scenes: list[Scene], sizes: FakeSizes) -> None:
+    """CIFAR-10's python layout: the train scenes dealt over ``data_batch_1..5``, the val ones in ``test_batch``."""
+    base, split = folder / "cifar-10-batches-py", _splits(scenes, sizes)
+    labels = {name: [i % sizes.classes for i in range(len(part))] for name, part in split.items()}
+    for b in range(5):
+        dealt = labels["train"][b::5]  # an empty batch's labels: an empty integer array, as the reader expects
+        _pickle(base / f"data_batch_{b + 1}", {b"data": _cifar_rows(split["train"][b::5]),
+                                                b"labels": dealt or np.zeros(0, dtype=np.int64)})
+    _pickle(base / "test_batch", {b"data": _cifar_rows(split["val"]), b"labels": labels["val"]})
+    _pickle(base / "batches.meta", {b"label_names": [f"fake class {k}".encode() for k in range(sizes.classes)]})
+
+
+def write_cifar100(folder: Path, scenes: list[Scene], sizes: FakeSizes) -> None:
+    """CIFAR-100's python layout: ``train``, ``test`` (fine labels) and ``meta``."""
+    base, split = folder / "cifar-100-python", _splits(scenes, sizes)
+    for name, file in (("train", "train"), ("val", "test")):
+        part = split[name]
+        _pickle(base / file, {b"data": _cifar_rows(part), b"fine_labels": [i % sizes.classes for i in range(len(part))],
+                              b"coarse_labels": [0] * len(part)})
+    _pickle(base / "meta", {b"fine_label_names": [f"fake class {k}".encode() for k in range(sizes.classes)]})
+
+
 # The folder each layout is written to: the arrangement of data/README.md, which the configs' default
 # roots name (data.root of data=imagenet is data/imagenet, whose train/ pretraining reads; $IMAGENET100_ROOT's default data/imagenet100 ...).
 ARRANGEMENT: dict[str, Callable[[Path, list[Scene], FakeSizes], None]] = {
@@ -247,6 +286,8 @@ ARRANGEMENT: dict[str, Callable[[Path, list[Scene], FakeSizes], None]] = {
     "coco": write_coco20k,
     "tiny-imagenet": write_tiny_imagenet,
     "mnist": write_mnist_layout,
+    "cifar10": write_cifar10,
+    "cifar100": write_cifar100,
 }
 
 
