@@ -115,14 +115,22 @@ def explicit_attention(module: nn.Module) -> Iterator[nn.Module]:
 
 def forward_flops(module: nn.Module, *inputs) -> int:
     """Matrix-product FLOPs of ``module(*inputs)`` in eval mode with explicit attention, no gradients;
-    the module's mode and attention path are restored."""
+    the module's mode, attention path and trainable parameters are restored."""
     was_training = module.training
     module.eval()
+    # Frozen while counting: the counter's module tracker hooks the gradients of every module input that requires
+    # them, and a parameter handed to a submodule as an input (CaiT's class token, expanded under no_grad: a
+    # tensor that requires grad without a grad_fn) made it fail.
+    trainable = [p for p in module.parameters() if p.requires_grad]
     try:
+        for p in trainable:
+            p.requires_grad_(False)
         with explicit_attention(module), torch.no_grad(), FlopCounterMode(display=False) as counter:
             module(*inputs)
     finally:
         module.train(was_training)
+        for p in trainable:
+            p.requires_grad_(True)
     return counter.get_total_flops()
 
 

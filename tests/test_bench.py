@@ -504,3 +504,23 @@ def test_a_run_of_some_sections_keeps_the_others_in_the_results_file(tmp_path):
     assert second["measured"]["pretrain"]["device"] == "GPU" and second["measured"]["optim"]["date"] == "d2"
     out.write_text("{not json")
     assert merge_results(out, {"device": "CPU", "torch": "2.x", "date": "d3", "init": {}})["init"] == {}
+
+
+def test_forward_flops_counts_a_model_that_hands_a_parameter_to_a_submodule_and_leaves_it_trainable():
+    """CaiT's class token goes into its class-attention blocks as an input: the counter's module tracker failed
+    on it ("Expected gradient function to be set") until the parameters were frozen while counting."""
+    import copy
+
+    import timm
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from bench.flops import forward_flops
+
+    model = timm.create_model("cait_s24_224", num_classes=0, img_size=32, embed_dim=24, depth=1, num_heads=2,
+                              depth_token_only=1).train()
+    x = torch.randn(1, 3, 32, 32)
+    frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:  # an independent count
+        frozen(x)
+    assert forward_flops(model, x) == counter.get_total_flops() > 0
+    assert model.training and all(p.requires_grad for p in model.parameters())
