@@ -18,7 +18,8 @@ How each job is changed, and nothing else (``preflight_checks``):
 - evaluations read that ``backbone-epoch1.pt`` in place of the checkpoint of their epoch (200, 300,
   800 ...), with ``preflight.<evaluator>`` last (one epoch of the heads' training). Evaluations of one
   training that differ only in their epoch are then one command: it runs once, its row naming the
-  others it stands for (Fig. 2's 15 epochs x 7 probes are 7 jobs per training).
+  others it stands for (Fig. 2's 15 epochs x 7 probes are 7 jobs per training). A fine-tuning
+  (``make finetune``) is a training too: the training's batch, steps and single process as well.
 - every job runs in the pre-flight's folder (``<preflight.root>/<exp>-<date>-<time>/``), with the
   environment variables the configs read as data roots (``${oc.env:NAME,default}``: DATA_ROOT,
   IMAGENET_ROOT, IMAGENET100_ROOT ...) unset, so each root is its default, ``data/<dataset>``, relative
@@ -51,7 +52,7 @@ from omegaconf import DictConfig, OmegaConf
 from skipless.config import CONFIG_DIR, ConfigError, load_config, load_group
 from skipless.data.generator.fake_layouts import FakeSizes, check_sizes, write_fake_datasets
 
-from .experiment import EVAL_ENTRIES, RUN_ENTRIES, Experiment
+from .experiment import EVAL_ENTRIES, FINETUNE, RUN_ENTRIES, Experiment
 from .gpu_hours import Estimate, estimate, peak_tflops
 from .jobs import PLACE_KEYS, REPO, Job, error_line, plan
 
@@ -162,6 +163,9 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
             if job.kind == "eval" and job.depends == (name,):
                 backbone = check.run_dir / f"backbone-epoch{EXPORT_EPOCH}.pt"
                 words = [*_without(job.overrides, ("ckpt", "out")), *settings[job.entry], f"ckpt={backbone}"]
+                if job.entry == FINETUNE:  # a training too: its steps at the pre-flight's batch, in one process
+                    words += [f"train.batch_size_per_device={check.batch}", "train.global_batch=null",
+                              f"train.max_steps={int(settings.steps)}", "train.devices=1", "train.num_nodes=1"]
                 key = (job.module, *words)
                 if key in same:
                     same[key].covers.append(job.name)

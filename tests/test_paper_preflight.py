@@ -135,3 +135,17 @@ def test_a_tiny_experiment_preflights_end_to_end(tmp_path, capsys):
     assert [j["status"] for j in record["jobs"]] == ["passed", "passed"]
     table = (folder / "preflight.md").read_text()
     assert "| train-skip | passed |" in table and "| knn-skip-last | passed |" in table and "an estimate" in table
+
+
+def test_a_fine_tuning_evaluation_is_preflighted_as_a_training(tmp_path):
+    """graying-mae's fine-tunings: the training's batch, two steps, one process, no global batch, no warm-up
+    (the recipe's 5 epochs against the pre-flight's 1 were refused before), reading the training's export."""
+    out = run(_preflight("exp=graying-mae", "dry_run=true", f"preflight.root={tmp_path / 'pf'}"))
+    tunings = [c for c in out["checks"] if c.job.entry == "finetune"]
+    assert len(tunings) == 2
+    for check in tunings:
+        words = check.command[3:]
+        assert {"train.batch_size_per_device=2", "train.global_batch=null", "train.max_steps=2", "train.devices=1",
+                "optim.warmup_epochs=0", "train.epochs=1"} <= set(words)
+        assert f"ckpt={check.run_dir / 'backbone-epoch1.pt'}" in words
+        assert check.command[1:3] == ["-m", "skipless.finetune"]
