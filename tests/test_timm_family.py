@@ -56,8 +56,9 @@ def test_no_graying_is_timms_model_unchanged():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["model.residual=skipless"], "model.residual=skipless does not apply to model.family=timm (swin_small_patch4_window7_224 "
-                                  "keeps timm's skips, init, attention and blocks"),
+    (["model.residual=skipless"], "swin_small_patch4_window7_224 has no skip the suite can remove (its skips are "
+                                  "inside its blocks' forward); expected model.residual=skip, or a ConvMixer"),
+    (["model.residual=decayed"], "model.residual=decayed does not apply to a timm model; expected skip, or skipless"),
     (["model.init=cutskip"], "model.init=cutskip does not apply to model.family=timm"),
     (["optim.layer_decay=0.75"], "optim.layer_decay=0.75 does not apply to model.family=timm"),
     (["diagnostics.every_n_epochs=1"], "diagnostics.every_n_epochs=1 does not apply to model.family=timm"),
@@ -110,3 +111,41 @@ def test_init_items_offer_only_the_vit_presets():
 def test_a_constructor_that_rejects_the_arguments_says_so():
     with pytest.raises(TimmFamilyError, match="^timm cannot build cait_s24_224 at 32 px with depth=1, nope=2"):
         create_timm_backbone("cait_s24_224", 32, 16, None, 0.0, {"depth": 1, "nope": 2})
+
+
+CONVMIXER = {"dim": 16, "depth": 2, "kernel_size": 3, "patch_size": 4}
+
+
+def test_convmixer_without_skips_has_no_identity_path_and_keeps_the_parameter_names():
+    """seeds/003 App. B: with each depthwise convolution zeroed, the ConvMixer with skips still carries the image
+    through its blocks (X' = BN(act(0)) + X), the one without carries nothing (its output is the same for every
+    image); both hold the same parameters under the same names, so each loads the other's weights."""
+    torch.manual_seed(0)
+    skip = create_timm_backbone("convmixer", 32, 4, None, 0.0, CONVMIXER, "skip").eval()
+    skipless = create_timm_backbone("convmixer", 32, 4, None, 0.0, CONVMIXER, "skipless").eval()
+    skipless.load_state_dict(skip.state_dict(), strict=True)
+    from skipless.models.timm_family import WithoutSkip
+    assert sum(isinstance(m, WithoutSkip) for m in skipless.modules()) == 2
+    with torch.no_grad():
+        for model in (skip, skipless):
+            for block in model.blocks:
+                block[0].fn[0].weight.zero_()
+                block[0].fn[0].bias.zero_()
+        x = torch.rand(2, 3, 32, 32)
+        out_skip, out_skipless = skip(x), skipless(x)
+    assert (out_skip[0] - out_skip[1]).abs().max() > 1e-3  # the identity carries each image's own features
+    torch.testing.assert_close(out_skipless[0], out_skipless[1], rtol=0, atol=1e-6)  # nothing reaches the output
+    assert skipless.skipless_args["residual"] == "skipless"
+
+
+def test_the_convmixer_presets_train_with_and_without_skips(tmp_path):
+    for model in ("convmixer", "convmixer-skipless"):
+        rec = Losses()
+        cfg = load_config("train", [f"model={model}", _timm_args_override(CONVMIXER), "aug.image_size=32",
+                                    "data.n_train=8", "data.n_val=4", "train.batch_size_per_device=4",
+                                    "train.num_workers=0", "train.epochs=1", "optim.warmup_epochs=0",
+                                    "train.precision=32-true", f"data.root={tmp_path / 'data'}",
+                                    f"run.root={tmp_path}", f"run.name={model}"])
+        _, module = train(cfg, extra_callbacks=[rec])
+        assert len(rec.values) == 2 and all(torch.isfinite(torch.tensor(rec.values)))
+        assert module.backbone.skipless_args["residual"] == ("skipless" if model.endswith("skipless") else "skip")

@@ -62,7 +62,8 @@ def describe_model(m: Mapping) -> str:
         graying = m.get("token_graying") or {}
         method = graying.get("method") or "none"
         given = ", ".join(f"{k}={v}" for k, v in (m.get("timm_args") or {}).items())
-        parts = [f"{m['timm_name']} (timm, its own skips and init)" + (f" ({given})" if given else "")]
+        skips = "without its skips" if m.get("residual") == "skipless" else "its own skips"
+        parts = [f"{m['timm_name']} (timm, {skips} and init)" + (f" ({given})" if given else "")]
         if method != "none":
             eps = graying.get("eps")
             parts.append(f"token graying {method} eps {number_text(0.95 if eps is None else eps)} on "

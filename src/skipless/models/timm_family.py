@@ -10,22 +10,31 @@ and CaiT that grid is the stem's own patches (4 and 16 px); PVTv2's stem is an o
 convolution of stride 4, whose tokens are not disjoint patches, and the graying runs on the stride's 4-px
 grid, which tiles the image as its tokens do (the seed does not say what it did there).
 
+ConvMixer (Trockman & Kolter 2022; seeds/003 App. B trains it with and without its skips) is one too: timm's
+``ConvMixer`` at the sizes of ``model.timm_args``, and ``model.residual=skipless`` replaces each of its
+``Residual`` wrappers by ``WithoutSkip`` (same parameter names), the suite's one kind of removable skip in a
+timm model.
+
 Only supervised training builds these (``supervised/classifier.py``); the backbone file they export says
 ``family: timm``, and the evaluators, ``make finetune`` and pretraining, which read ViT tokens, refuse it
 in one sentence (``checkpoint.build_backbone``, the schemas).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import timm
 import torch
+from timm.models.convmixer import ConvMixer, Residual
 from torch import nn
 
 from .token_graying import DEFAULT_EPS, check_graying, gray_images
 
 FAMILIES = ("vit", "timm")
+# timm classes built from their constructor's arguments alone (model.timm_args), for a model whose registered
+# names fix its sizes (timm's convmixer_768_32 ... refuse another dim or depth)
+TIMM_CLASSES: dict[str, Callable[..., nn.Module]] = {"convmixer": ConvMixer}
 
 
 class TimmFamilyError(ValueError):
@@ -38,6 +47,47 @@ def timm_kwargs(args: Mapping[str, Any] | None) -> dict[str, Any]:
     return {str(k): tuple(v) if isinstance(v, (list, tuple)) else v for k, v in dict(args or {}).items()}
 
 
+class WithoutSkip(nn.Module):
+    """timm's ``Residual(fn)`` (``fn(x) + x``) without the ``+ x``: the same parameter names (``fn.*``), so the
+    skip model's weights load into it and the other way round."""
+
+    def __init__(self, fn: nn.Module) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(x)
+
+
+def remove_skips(model: nn.Module, timm_name: str) -> int:
+    """Replace every timm ``Residual`` wrapper of ``model`` (ConvMixer's skip around its depthwise convolution,
+    seeds/003 App. B, Eq. 22) by ``WithoutSkip``; returns how many. A model whose skips are written inside its
+    blocks' ``forward`` (Swin, CaiT, PVT, ResNet) has none to replace and is refused in one sentence."""
+    found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if isinstance(child, Residual)]
+    if not found:
+        raise TimmFamilyError(f"{timm_name} has no skip the suite can remove (its skips are inside its blocks' "
+                              "forward); expected model.residual=skip, or a ConvMixer (model=convmixer-skipless)")
+    for parent, name, child in found:
+        setattr(parent, name, WithoutSkip(child.fn))
+    return len(found)
+
+
+def _create(timm_name: str, img_size: int, kwargs: dict[str, Any]) -> nn.Module:
+    """``timm.create_model`` at ``img_size`` when the constructor takes one, else without it."""
+    try:
+        return timm.create_model(timm_name, pretrained=False, img_size=int(img_size), **kwargs)
+    except TypeError as err:
+        if "img_size" not in str(err):
+            raise
+        return timm.create_model(timm_name, pretrained=False, **kwargs)
+
+
+def is_timm_model(name: str) -> bool:
+    """A registered timm model, or one of ``TIMM_CLASSES``."""
+    return name in TIMM_CLASSES or timm.is_model(name)
+
+
 def _gray_hook(patch: int, method: str, eps: float):
     def hook(module: nn.Module, args: tuple) -> tuple:
         with torch.no_grad():  # a preprocessing of the input: no gradient to the pixels
@@ -46,31 +96,39 @@ def _gray_hook(patch: int, method: str, eps: float):
 
 
 def create_timm_backbone(timm_name: str, img_size: int, patch_size: int, token_graying: Mapping[str, Any] | None = None,
-                         drop_path_rate: float = 0.0, timm_args: Mapping[str, Any] | None = None) -> nn.Module:
+                         drop_path_rate: float = 0.0, timm_args: Mapping[str, Any] | None = None,
+                         residual: str = "skip") -> nn.Module:
     """A timm model without its classifier (``num_classes=0``: ``forward`` gives the pooled feature of
     ``num_features``), at ``img_size`` when its constructor takes one (Swin and CaiT fix it; PVTv2 does not),
-    with token graying on its ``patch_embed`` input when ``token_graying['method']`` is not ``none``.
+    with token graying on its ``patch_embed`` input when ``token_graying['method']`` is not ``none``, and without
+    its removable skips when ``residual`` is ``skipless`` (``remove_skips``: ConvMixer's).
 
     ``skipless_args`` holds what rebuilds it (``family: timm``), so ``save_backbone`` exports it as it does a ViT.
 
     Raises:
         TimmFamilyError: an unknown name, or arguments timm's constructor refuses (one sentence).
     """
-    if not timm.is_model(timm_name):
+    if not is_timm_model(timm_name):
         raise TimmFamilyError(f"model.timm_name={timm_name!r} is not a timm model; expected a name of "
-                              f"timm.list_models(), e.g. swin_small_patch4_window7_224")
-    kwargs = {"num_classes": 0, "drop_path_rate": float(drop_path_rate), **timm_kwargs(timm_args)}
+                              f"timm.list_models() or {', '.join(TIMM_CLASSES)}, e.g. swin_small_patch4_window7_224")
+    # drop-path only when asked for: a model without it (ConvMixer) refuses the argument
+    kwargs = {"num_classes": 0, **({"drop_path_rate": float(drop_path_rate)} if drop_path_rate else {}),
+              **timm_kwargs(timm_args)}
+    if residual not in ("skip", "skipless"):
+        raise TimmFamilyError(f"model.residual={residual} does not apply to a timm model; expected skip, or skipless "
+                              "for one whose skips the suite can remove (a ConvMixer)")
     try:
-        try:
-            model = timm.create_model(timm_name, pretrained=False, img_size=int(img_size), **kwargs)
-        except TypeError as err:
-            if "img_size" not in str(err):
-                raise
-            model = timm.create_model(timm_name, pretrained=False, **kwargs)
+        if timm_name in TIMM_CLASSES:
+            model = TIMM_CLASSES[timm_name](**kwargs)
+        else:
+            model = _create(timm_name, img_size, kwargs)
     except (TypeError, ValueError, AssertionError, RuntimeError) as err:
         given = ", ".join(f"{k}={v}" for k, v in timm_kwargs(timm_args).items()) or "no model.timm_args"
         raise TimmFamilyError(f"timm cannot build {timm_name} at {img_size} px with {given} ({err}); expected "
                               f"arguments of its constructor that fit each other") from None
+    if residual == "skipless":
+
+        remove_skips(model, timm_name)
     graying = dict(token_graying or {})
     method = graying.get("method") or "none"
     eps = DEFAULT_EPS if graying.get("eps") is None else float(graying["eps"])
@@ -80,7 +138,7 @@ def create_timm_backbone(timm_name: str, img_size: int, patch_size: int, token_g
             raise TimmFamilyError(f"token graying needs the model's patch embedding, and {timm_name} has no "
                                   "patch_embed module; expected a Swin, CaiT, PVT or ViT-like timm model")
         model.patch_embed.register_forward_pre_hook(_gray_hook(int(patch_size), method, eps))
-    model.skipless_args = {"family": "timm", "timm_name": timm_name, "timm_args": timm_kwargs(timm_args),
+    model.skipless_args = {"family": "timm", "timm_name": timm_name, "timm_args": timm_kwargs(timm_args), "residual": residual,
                            "img_size": int(img_size), "patch_size": int(patch_size),
                            "token_graying": {"method": method, "eps": graying.get("eps")}}
     return model

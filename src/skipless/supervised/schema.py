@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from ..config_rules import Rule, integer, is_real, number, one_of, optional, text
 from ..data.classification.registry import READERS
-from ..models.timm_family import FAMILIES, TimmFamilyError, create_timm_backbone
+from ..models.timm_family import FAMILIES, TIMM_CLASSES, TimmFamilyError, create_timm_backbone, is_timm_model
 from ..training import schema as pretrain_schema
 from ..training.schema import POSITIVE_INT, UNIT, check_against
 
@@ -69,7 +69,7 @@ def _mixup_pairs(v: dict[str, Any]) -> str | None:
 
 
 # What model.family=timm leaves to timm (models/timm_family.py): the ViT's own keys must stay at what timm builds.
-_TIMM_KEEPS = {"model.residual": "skip", "model.init": "timm", "model.attention": "softmax", "model.norm": "layernorm",
+_TIMM_KEEPS = {"model.init": "timm", "model.attention": "softmax", "model.norm": "layernorm",
                "model.depth": None, "model.pos_embed": "learned", "optim.layer_decay": 1.0,
                "diagnostics.every_n_epochs": 0, "diagnostics.signals_every_n_steps": 0}
 
@@ -81,18 +81,17 @@ def _timm_family(v: dict[str, Any]) -> str | None:
             return (f"model.timm_name and model.timm_args apply to model.family=timm, but model.family is "
                     f"{v['model.family']}; expected a timm model group (model=swin-s, cait-s, pvt-v2-b3) or neither")
         return None
-    import timm
-
     name = v["model.timm_name"]
-    if name is None or not timm.is_model(name):
+    if name is None or not is_timm_model(name):
         return (f"model.family=timm needs model.timm_name to be a timm model, got {name!r}; expected a name of "
-                f"timm.list_models(), e.g. swin_small_patch4_window7_224")
+                f"timm.list_models() or {', '.join(TIMM_CLASSES)}, e.g. swin_small_patch4_window7_224")
     for key, kept in _TIMM_KEEPS.items():
         if v[key] != kept:
             return (f"{key}={v[key]} does not apply to model.family=timm ({name} keeps timm's skips, init, "
                     f"attention and blocks; the diagnostics and layer decay read ViT blocks); expected {kept}")
     try:  # built once here, so that arguments timm refuses are one sentence before the run folder is written
-        create_timm_backbone(name, v["model.img_size"] or v["aug.image_size"], v["model.patch_size"], None, 0.0, args)
+        create_timm_backbone(name, v["model.img_size"] or v["aug.image_size"], v["model.patch_size"], None,
+                             v["model.drop_path_rate"], args, v["model.residual"])
     except TimmFamilyError as err:
         return str(err)
     return None
