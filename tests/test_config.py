@@ -36,7 +36,7 @@ def test_lr_comes_from_the_model_preset_per_optimizer():
 
 
 def test_unknown_group_choice_lists_the_valid_ones():
-    with pytest.raises(ConfigError, match="unknown model 'nonsense'; expected one of: attn-skip, cait-s, convmixer, convmixer-skipless, decayed, mlp-skip, osa, pvt-v2-b3, skip, skipless, skipless-centered, skipless-plain, swin-s"):
+    with pytest.raises(ConfigError, match="unknown model 'nonsense'; expected one of: attn-skip, cait-s, convmixer, convmixer-skipless, decayed, mlp-skip, osa, pvt-v2-b3, resnet, resnet-decayed, skip, skipless, skipless-centered, skipless-plain, swin-s"):
         load_config("pretrain", ["model=nonsense"])
 
 

@@ -58,7 +58,9 @@ def test_no_graying_is_timms_model_unchanged():
 @pytest.mark.parametrize("args,message", [
     (["model.residual=skipless"], "swin_small_patch4_window7_224 has no skip the suite can remove (its skips are "
                                   "inside its blocks' forward); expected model.residual=skip, or a ConvMixer"),
-    (["model.residual=decayed"], "model.residual=decayed does not apply to a timm model; expected skip, or skipless"),
+    (["model.residual=decayed"], "swin_small_patch4_window7_224 has no ResNet blocks whose shortcuts the suite can "
+                                 "decay; expected model.residual=skip, or a timm ResNet"),
+    (["model.residual=osa"], "model.residual=osa does not apply to a timm model; expected skip, skipless"),
     (["model.init=cutskip"], "model.init=cutskip does not apply to model.family=timm"),
     (["optim.layer_decay=0.75"], "optim.layer_decay=0.75 does not apply to model.family=timm"),
     (["diagnostics.every_n_epochs=1"], "diagnostics.every_n_epochs=1 does not apply to model.family=timm"),
@@ -149,3 +151,52 @@ def test_the_convmixer_presets_train_with_and_without_skips(tmp_path):
         _, module = train(cfg, extra_callbacks=[rec])
         assert len(rec.values) == 2 and all(torch.isfinite(torch.tensor(rec.values)))
         assert module.backbone.skipless_args["residual"] == ("skipless" if model.endswith("skipless") else "skip")
+
+
+def test_resnet_decay_follows_eq5_in_both_readings():
+    from skipless.models.decay import block_gains
+
+    eq5 = [1 - l * (1 - 0.7) / 8 for l in range(8)]  # seeds/002 Eq. 5 as written
+    torch.testing.assert_close(block_gains(8, 0.7, "layer"), torch.tensor(eq5))
+    endpoint = block_gains(8, 0.7)
+    assert endpoint[0] == 1.0 and endpoint[-1] == pytest.approx(0.7) and torch.all(endpoint[1:] < endpoint[:-1])
+
+
+def _branch(block, x):
+    return block.bn2(block.conv2(block.act1(block.bn1(block.conv1(x)))))
+
+
+@pytest.mark.parametrize("layers,blocks", [([2, 2, 2, 2], 8), ([2, 2, 5, 2], 11), ([2, 2, 10, 2], 16)])
+def test_a_decayed_resnet_block_is_act_of_its_gain_times_the_shortcut_plus_its_branch(layers, blocks):
+    from skipless.models.decay import block_gains
+
+    torch.manual_seed(0)
+    model = create_timm_backbone("resnet18", 32, 4, None, 0.0, {"layers": layers}, "decayed", 0.6).eval()
+    plain = timm.create_model("resnet18", pretrained=False, num_classes=0, layers=tuple(layers))
+    plain.load_state_dict(model.state_dict(), strict=True)  # timm's names, nothing added to the state dict
+    stack = [b for stage in (model.layer1, model.layer2, model.layer3, model.layer4) for b in stage]
+    assert len(stack) == blocks
+    gains = block_gains(blocks, 0.6)
+    with torch.no_grad():
+        assert all(float(b.bn2.weight.abs().max()) == 0 for b in stack)  # zero-initialised branch outputs (Sec. 3.2)
+        x = torch.randn(2, 64, 8, 8)
+        assert torch.allclose(stack[1](x), torch.relu(gains[1] * x))  # at init: the decayed shortcut alone
+        for b in stack:
+            b.bn2.weight.normal_()
+        assert torch.allclose(stack[1](x), torch.relu(gains[1] * x + _branch(stack[1], x)), atol=1e-6)
+        j = len(model.layer1)  # the first block of stage 2: a projection shortcut, scaled too
+        proj = stack[j]
+        projected = proj.downsample[1](proj.downsample[0](x))  # the projection itself, without the block's gain
+        assert torch.allclose(proj(x), torch.relu(gains[j] * projected + _branch(proj, x)), atol=1e-6)
+
+
+def test_the_resnet_presets_train_and_what_cannot_decay_is_refused(tmp_path):
+    for model in ("resnet", "resnet-decayed"):
+        cfg = load_config("train", [f"model={model}", "aug.image_size=32", "data.n_train=8", "data.n_val=4",
+                                    "train.batch_size_per_device=4", "train.num_workers=0", "train.epochs=1",
+                                    "optim.warmup_epochs=0", "train.precision=32-true", f"data.root={tmp_path / 'data'}",
+                                    f"run.root={tmp_path}", f"run.name={model}"])
+        _, module = train(cfg)
+        assert module.backbone.skipless_args["residual"] == ("decayed" if model.endswith("decayed") else "skip")
+    with pytest.raises(ConfigError, match="^convmixer has no ResNet blocks whose shortcuts the suite can decay"):
+        check_config(load_config("train", ["model=convmixer", "model.residual=decayed", f"run.root={tmp_path}/x"]))

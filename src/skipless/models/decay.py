@@ -58,3 +58,18 @@ def decayed_gains(depth: int, alpha_min: float, indexing: str = "sub_block", bra
     elif branches == "mlp":
         gains[:, 0] = 1.0
     return gains.float()
+
+
+def block_gains(blocks: int, alpha_min: float, indexing: str = "sub_block") -> torch.Tensor:
+    """The gains of a network with one shortcut per block (a ResNet, seeds/002 Sec. 5.1), shape (blocks,):
+    ``layer`` is Eq. 5 as written, ``alpha_l = 1 - l (1 - alpha_min) / L``; ``sub_block`` (the default) the same
+    line through the last block at exactly ``alpha_min``, ``1 - l (1 - alpha_min) / (L - 1)`` (the endpoint
+    reading of the ViT's schedule, with one shortcut per block)."""
+    if not 0.0 <= alpha_min <= 1.0:
+        raise ValueError(f"alpha_min must lie in [0, 1], got {alpha_min}")
+    if indexing not in DECAY_INDEXINGS:
+        raise ValueError(f"unknown decay indexing {indexing!r}; expected one of: {', '.join(DECAY_INDEXINGS)}")
+    steps = torch.arange(blocks, dtype=torch.float64)
+    if indexing == "layer":
+        return (1.0 - steps * (1.0 - alpha_min) / blocks).float()
+    return (1.0 - torch.linspace(0.0, 1.0, blocks, dtype=torch.float64) * (1.0 - alpha_min)).float()

@@ -29,9 +29,11 @@ import torch
 from timm.models.convmixer import ConvMixer, Residual
 from torch import nn
 
+from .decay import DEFAULT_ALPHA_MIN, block_gains
 from .token_graying import DEFAULT_EPS, check_graying, gray_images
 
 FAMILIES = ("vit", "timm")
+RESIDUALS = ("skip", "skipless", "decayed")  # what model.residual may be for a timm model (create_timm_backbone)
 # timm classes built from their constructor's arguments alone (model.timm_args), for a model whose registered
 # names fix its sizes (timm's convmixer_768_32 ... refuse another dim or depth)
 TIMM_CLASSES: dict[str, Callable[..., nn.Module]] = {"convmixer": ConvMixer}
@@ -73,6 +75,40 @@ def remove_skips(model: nn.Module, timm_name: str) -> int:
     return len(found)
 
 
+class ShortcutGain(nn.Module):
+    """``alpha * x``: an identity block's shortcut made seeds/002's decayed one (Eq. 3), as the block's
+    ``downsample`` (which timm's ResNet blocks apply to their shortcut); the gain is a non-persistent buffer,
+    rebuilt from ``model.alpha_min``, so the state dict stays timm's."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__()
+        self.register_buffer("gain", torch.tensor(float(gain)), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gain
+
+
+def decay_shortcuts(model: nn.Module, timm_name: str, alpha_min: float, indexing: str) -> torch.Tensor:
+    """seeds/002 Sec. 5.1: every residual block of a timm ResNet (``BasicBlock``, ``Bottleneck``) takes
+    ``x_{l+1} = act(alpha_l s(x_l) + f(x_l))``, ``alpha_l`` from ``decay.block_gains`` over the blocks in forward
+    order; ``s`` is the identity, or the stage's projection where the block changes size (its output scaled the
+    same way: the seed does not single those out). timm's ``zero_init_last`` already zeroes each branch's last
+    norm, the seed's zero-initialised branch outputs (Sec. 3.2). Returns the gains."""
+    from timm.models.resnet import BasicBlock, Bottleneck
+
+    blocks = [m for m in model.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+    if not blocks:
+        raise TimmFamilyError(f"{timm_name} has no ResNet blocks whose shortcuts the suite can decay; expected "
+                              "model.residual=skip, or a timm ResNet (model=resnet-decayed)")
+    gains = block_gains(len(blocks), alpha_min, indexing)
+    for block, gain in zip(blocks, gains.tolist()):
+        if block.downsample is None:
+            block.downsample = ShortcutGain(gain)
+        else:
+            block.downsample.register_forward_hook(lambda module, args, out, g=gain: out * g)
+    return gains
+
+
 def _create(timm_name: str, img_size: int, kwargs: dict[str, Any]) -> nn.Module:
     """``timm.create_model`` at ``img_size`` when the constructor takes one, else without it."""
     try:
@@ -97,11 +133,13 @@ def _gray_hook(patch: int, method: str, eps: float):
 
 def create_timm_backbone(timm_name: str, img_size: int, patch_size: int, token_graying: Mapping[str, Any] | None = None,
                          drop_path_rate: float = 0.0, timm_args: Mapping[str, Any] | None = None,
-                         residual: str = "skip") -> nn.Module:
+                         residual: str = "skip", alpha_min: float | None = None,
+                         decay_indexing: str = "sub_block") -> nn.Module:
     """A timm model without its classifier (``num_classes=0``: ``forward`` gives the pooled feature of
     ``num_features``), at ``img_size`` when its constructor takes one (Swin and CaiT fix it; PVTv2 does not),
-    with token graying on its ``patch_embed`` input when ``token_graying['method']`` is not ``none``, and without
-    its removable skips when ``residual`` is ``skipless`` (``remove_skips``: ConvMixer's).
+    with token graying on its ``patch_embed`` input when ``token_graying['method']`` is not ``none``, without
+    its removable skips when ``residual`` is ``skipless`` (``remove_skips``: ConvMixer's), with decayed shortcuts
+    when it is ``decayed`` (``decay_shortcuts``: a ResNet's; ``alpha_min`` null is seeds/002's 0.6).
 
     ``skipless_args`` holds what rebuilds it (``family: timm``), so ``save_backbone`` exports it as it does a ViT.
 
@@ -114,9 +152,9 @@ def create_timm_backbone(timm_name: str, img_size: int, patch_size: int, token_g
     # drop-path only when asked for: a model without it (ConvMixer) refuses the argument
     kwargs = {"num_classes": 0, **({"drop_path_rate": float(drop_path_rate)} if drop_path_rate else {}),
               **timm_kwargs(timm_args)}
-    if residual not in ("skip", "skipless"):
-        raise TimmFamilyError(f"model.residual={residual} does not apply to a timm model; expected skip, or skipless "
-                              "for one whose skips the suite can remove (a ConvMixer)")
+    if residual not in RESIDUALS:
+        raise TimmFamilyError(f"model.residual={residual} does not apply to a timm model; expected skip, skipless "
+                              "for one whose skips the suite can remove (a ConvMixer) or decayed for a ResNet")
     try:
         if timm_name in TIMM_CLASSES:
             model = TIMM_CLASSES[timm_name](**kwargs)
@@ -127,8 +165,10 @@ def create_timm_backbone(timm_name: str, img_size: int, patch_size: int, token_g
         raise TimmFamilyError(f"timm cannot build {timm_name} at {img_size} px with {given} ({err}); expected "
                               f"arguments of its constructor that fit each other") from None
     if residual == "skipless":
-
         remove_skips(model, timm_name)
+    alpha = DEFAULT_ALPHA_MIN if alpha_min is None else float(alpha_min)
+    if residual == "decayed":
+        decay_shortcuts(model, timm_name, alpha, decay_indexing)
     graying = dict(token_graying or {})
     method = graying.get("method") or "none"
     eps = DEFAULT_EPS if graying.get("eps") is None else float(graying["eps"])
@@ -139,6 +179,7 @@ def create_timm_backbone(timm_name: str, img_size: int, patch_size: int, token_g
                                   "patch_embed module; expected a Swin, CaiT, PVT or ViT-like timm model")
         model.patch_embed.register_forward_pre_hook(_gray_hook(int(patch_size), method, eps))
     model.skipless_args = {"family": "timm", "timm_name": timm_name, "timm_args": timm_kwargs(timm_args), "residual": residual,
+                           **({"alpha_min": alpha, "decay_indexing": decay_indexing} if residual == "decayed" else {}),
                            "img_size": int(img_size), "patch_size": int(patch_size),
                            "token_graying": {"method": method, "eps": graying.get("eps")}}
     return model

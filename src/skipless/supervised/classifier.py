@@ -48,7 +48,7 @@ def classifier_backbone(m: DictConfig, image_size: int) -> nn.Module:
     if m.family == "timm":
         args = None if m.timm_args is None else OmegaConf.to_container(m.timm_args)
         return create_timm_backbone(m.timm_name, m.img_size or image_size, int(m.patch_size), dict(m.token_graying),
-                                    float(m.drop_path_rate), args, m.residual)
+                                    float(m.drop_path_rate), args, m.residual, m.alpha_min, m.decay.indexing)
     args = vit_args(m)
     return create_vit(args.pop("arch"), drop_path_rate=float(m.drop_path_rate), **args)
 

@@ -71,6 +71,7 @@ def _mixup_pairs(v: dict[str, Any]) -> str | None:
 # What model.family=timm leaves to timm (models/timm_family.py): the ViT's own keys must stay at what timm builds.
 _TIMM_KEEPS = {"model.init": "timm", "model.attention": "softmax", "model.norm": "layernorm",
                "model.depth": None, "model.pos_embed": "learned", "optim.layer_decay": 1.0,
+               "model.decay.branches": "both", "model.decay.zero_init": True,
                "diagnostics.every_n_epochs": 0, "diagnostics.signals_every_n_steps": 0}
 
 
@@ -91,7 +92,8 @@ def _timm_family(v: dict[str, Any]) -> str | None:
                     f"attention and blocks; the diagnostics and layer decay read ViT blocks); expected {kept}")
     try:  # built once here, so that arguments timm refuses are one sentence before the run folder is written
         create_timm_backbone(name, v["model.img_size"] or v["aug.image_size"], v["model.patch_size"], None,
-                             v["model.drop_path_rate"], args, v["model.residual"])
+                             v["model.drop_path_rate"], args, v["model.residual"], v["model.alpha_min"],
+                             v["model.decay.indexing"])
     except TimmFamilyError as err:
         return str(err)
     return None
