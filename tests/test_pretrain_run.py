@@ -130,7 +130,8 @@ def test_knn_monitor_scores_teacher_and_random(tmp_path, data_root):
 
 def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert main(["model=nonsense"]) == 1
-    assert "expected one of: attn-skip, decayed, mlp-skip, osa, skip, skipless, skipless-centered, skipless-plain" in capsys.readouterr().err
+    assert ("expected one of: attn-skip, cait-s, convmixer, convmixer-skipless, decayed, mlp-skip, osa, pvt-v2-b3, resnet, "
+            "resnet-decayed, skip, skipless, skipless-centered, skipless-plain, swin-s") in capsys.readouterr().err
     assert main(["optim=sgd"]) == 1
     assert "expected one of: adamw, soap" in capsys.readouterr().err
     assert main(["data=imagenet", f"data.root={tmp_path / 'absent'}"]) == 1
