@@ -136,6 +136,13 @@ def _without(words: tuple[str, ...], keys: tuple[str, ...]) -> list[str]:
     return [w for w in words if w.split("=", 1)[0] not in keys]
 
 
+def _steps_in_one_process(batch: int, steps: int, global_batch: bool) -> list[str]:
+    """A training's ``steps`` steps at ``batch`` images in one process (the per-device sizes are what is checked);
+    ``global_batch``: the config has that key, which would otherwise ask for accumulation."""
+    return [f"train.batch_size_per_device={batch}", f"train.max_steps={steps}", "train.devices=1", "train.num_nodes=1",
+            *(["train.global_batch=null"] if global_batch else [])]
+
+
 def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> list[Check]:
     """Each job of the plan (made in ``folder``) as the pre-flight runs it (module docstring), each training
     followed by its evaluations."""
@@ -147,10 +154,8 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
         cfg = load_config(job.entry, full)
         batch = settings.batch or (int(cfg.train.batch_size_per_device) if torch.cuda.is_available() else 2)
         steps = int(settings.steps)
-        words = [*full, *settings[job.entry], f"train.batch_size_per_device={batch}", f"train.max_steps={steps}",
+        words = [*full, *settings[job.entry], *_steps_in_one_process(batch, steps, "global_batch" in cfg.train),
                  f"train.limit_train_batches={steps}", f"train.export_epochs=[{EXPORT_EPOCH}]",
-                 "train.devices=1", "train.num_nodes=1",  # one process: the per-device sizes are what is checked
-                 *(["train.global_batch=null"] if "global_batch" in cfg.train else []),
                  *(w for w in job.overrides if w.split("=", 1)[0] in ("run.root", "run.name"))]
         meter = folder / "meters" / f"{job.name}.json"
         run_dir = folder / job.run_dir
@@ -164,8 +169,7 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
                 backbone = check.run_dir / f"backbone-epoch{EXPORT_EPOCH}.pt"
                 words = [*_without(job.overrides, ("ckpt", "out")), *settings[job.entry], f"ckpt={backbone}"]
                 if job.entry == FINETUNE:  # a training too: its steps at the pre-flight's batch, in one process
-                    words += [f"train.batch_size_per_device={check.batch}", "train.global_batch=null",
-                              f"train.max_steps={int(settings.steps)}", "train.devices=1", "train.num_nodes=1"]
+                    words += _steps_in_one_process(check.batch, int(settings.steps), True)
                 key = (job.module, *words)
                 if key in same:
                     same[key].covers.append(job.name)

@@ -34,6 +34,13 @@ DECAY_INDEXINGS = ("sub_block", "layer")
 DECAY_BRANCHES = ("both", "attn", "mlp")
 
 
+def _check_schedule(alpha_min: float, indexing: str) -> None:
+    if not 0.0 <= alpha_min <= 1.0:
+        raise ValueError(f"alpha_min must lie in [0, 1], got {alpha_min}")
+    if indexing not in DECAY_INDEXINGS:
+        raise ValueError(f"unknown decay indexing {indexing!r}; expected one of: {', '.join(DECAY_INDEXINGS)}")
+
+
 def decayed_gains(depth: int, alpha_min: float, indexing: str = "sub_block", branches: str = "both") -> torch.Tensor:
     """The shortcut gains of the decayed mode, shape (depth, 2): column 0 the attention shortcut of
     each block, column 1 its MLP shortcut (see the module docstring for ``indexing`` and ``branches``).
@@ -41,10 +48,7 @@ def decayed_gains(depth: int, alpha_min: float, indexing: str = "sub_block", bra
     ``sub_block``: ``a_k = 1 - k / (2L - 1) (1 - alpha_min)``, ``k = 0 .. 2L-1``, block ``l`` taking
     ``(a_2l, a_2l+1)``. ``layer``: seeds/002 Eq. 5, ``alpha_l = 1 - l (1 - alpha_min) / L`` on both.
     """
-    if not 0.0 <= alpha_min <= 1.0:
-        raise ValueError(f"alpha_min must lie in [0, 1], got {alpha_min}")
-    if indexing not in DECAY_INDEXINGS:
-        raise ValueError(f"unknown decay indexing {indexing!r}; expected one of: {', '.join(DECAY_INDEXINGS)}")
+    _check_schedule(alpha_min, indexing)
     if branches not in DECAY_BRANCHES:
         raise ValueError(f"unknown decay branches {branches!r}; expected one of: {', '.join(DECAY_BRANCHES)}")
     if indexing == "sub_block":
@@ -65,11 +69,7 @@ def block_gains(blocks: int, alpha_min: float, indexing: str = "sub_block") -> t
     ``layer`` is Eq. 5 as written, ``alpha_l = 1 - l (1 - alpha_min) / L``; ``sub_block`` (the default) the same
     line through the last block at exactly ``alpha_min``, ``1 - l (1 - alpha_min) / (L - 1)`` (the endpoint
     reading of the ViT's schedule, with one shortcut per block)."""
-    if not 0.0 <= alpha_min <= 1.0:
-        raise ValueError(f"alpha_min must lie in [0, 1], got {alpha_min}")
-    if indexing not in DECAY_INDEXINGS:
-        raise ValueError(f"unknown decay indexing {indexing!r}; expected one of: {', '.join(DECAY_INDEXINGS)}")
-    steps = torch.arange(blocks, dtype=torch.float64)
+    _check_schedule(alpha_min, indexing)
     if indexing == "layer":
-        return (1.0 - steps * (1.0 - alpha_min) / blocks).float()
+        return (1.0 - torch.arange(blocks, dtype=torch.float64) * (1.0 - alpha_min) / blocks).float()
     return (1.0 - torch.linspace(0.0, 1.0, blocks, dtype=torch.float64) * (1.0 - alpha_min)).float()

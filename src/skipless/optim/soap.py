@@ -23,10 +23,8 @@ dimension ``k`` no larger than ``max_precond_dim``: ``GG_k = EMA(G_(k) G_(k)^T)`
 The first step of a parameter only initialises the factors with its gradient and takes their exact
 eigenbases (``torch.linalg.eigh``, descending eigenvalues): the reference never rotates a gradient with
 a basis computed from that same gradient, so the parameter does not move (no weight decay either) and
-Adam's step count ``t`` starts at the second gradient. The first factor of a non-square weight has
-less rank than size, and eigh's basis of its null space is whatever round-off makes it (the reference's
-too): two runs that differ only in rounding (another GPU kernel) part after a few steps, at the 1e-4 level
-of a tiny DINO loss (tests/test_optim_implementation.py). Dimensions above ``max_precond_dim`` are not
+Adam's step count ``t`` starts at the second gradient (a non-square weight's first factor is rank-deficient,
+so round-off picks its null-space basis, as in the reference: tests/test_optim_implementation.py). Dimensions above ``max_precond_dim`` are not
 rotated (identity basis, no factor); 1-D parameters get plain Adam unless ``precondition_1d``.
 
 The reference rotates ``m`` back and into the bases at every step; the bases change only at a
