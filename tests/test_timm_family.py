@@ -1,6 +1,6 @@
 """model.family=timm (models/timm_family.py): seeds/003 Table 4's Swin, CaiT and PVTv2 from timm, with DCT token
 graying on the grid of model.patch_size before their stem, trained by make train; the readers of ViT tokens
-refuse their backbones in one sentence."""
+refuse their backbones in one sentence (the pooled readers: test_timm_family_readers.py)."""
 import json
 
 import pytest
@@ -8,6 +8,7 @@ import timm
 import torch
 
 from skipless.config import ConfigError, load_config
+from skipless.models.backbone_items import resolve_backbones
 from skipless.models.checkpoint import BackboneLoadError, load_backbone
 from skipless.models.timm_family import TimmFamilyError, create_timm_backbone
 from skipless.models.token_graying import gray_images
@@ -97,9 +98,12 @@ def test_a_tiny_swin_with_dct_graying_trains_and_its_backbone_is_refused_by_the_
     assert summary["status"] == "finished" and "val" in summary
     saved = (tmp_path / "swin" / "config.yaml").read_text()
     assert "family: timm" in saved and "window_size: 4" in saved
-    with pytest.raises(BackboneLoadError, match=r"holds a swin_small_patch4_window7_224 \(model.family=timm\); the "
-                                                r"evaluators, make finetune and pretraining read the suite's ViT"):
-        load_backbone(tmp_path / "swin" / "backbone.pt")
+    loaded = load_backbone(tmp_path / "swin" / "backbone.pt").eval()  # strictly, grayed as trained
+    x = torch.rand(2, 3, 32, 32)
+    assert torch.equal(loaded(x), module.backbone.eval()(x))
+    with pytest.raises(BackboneLoadError, match=r"^swin is a swin_small_patch4_window7_224 \(model.family=timm\), "
+                                                r"and this command reads ViT backbones only"):
+        resolve_backbones(str(tmp_path / "swin"), tmp_path)
 
 
 def test_init_items_offer_only_the_vit_presets():

@@ -31,7 +31,7 @@ from skipless.errors import exit_on_user_error
 from skipless.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
-from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
+from ..shared.global_eval import (POOLED_FAMILIES, GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
                                   load_splits, loader_workers, resolve_settings, write_json)
 from ..shared.output_dirs import backbones_to_evaluate
 from ..shared.report import markdown_table
@@ -122,7 +122,7 @@ def run_knn(cfg: DictConfig) -> dict[str, dict]:
     """k-NN on every backbone of ``cfg.ckpt``; returns ``{backbone name: result}``."""
     settings, ks = check_settings(cfg)
     set_cpu_threads(cfg.cpu_threads, loader_workers(cfg))
-    specs = backbones_to_evaluate(cfg)
+    specs = backbones_to_evaluate(cfg, families=POOLED_FAMILIES)
     train, val = load_splits(settings)
     print(f"knn {describe_splits(settings, train, val)}, k {ks}, T {cfg.temperature:g}, "
           f"backbones: {', '.join(s.name for s in specs)}", flush=True)

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from skipless.config import ConfigError
 from skipless.config_rules import Rule, boolean, integer, is_real, non_empty_list, number, one_of
 
-INPUTS = ("cls", "cls+avgpool", "last_cls")
+INPUTS = ("cls", "cls+avgpool", "last_cls", "pooled")
 NORMS = ("none", "batchnorm")
 INITS = ("normal", "trunc_normal")
 OPTIMIZERS = ("sgd", "adamw", "lars")

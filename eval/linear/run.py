@@ -49,7 +49,7 @@ from skipless.errors import exit_on_user_error
 from skipless.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
-from ..shared.global_eval import (GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
+from ..shared.global_eval import (POOLED_FAMILIES, refuse_cls_without_token, GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,
                                   load_splits, loader_workers, resolve_settings, write_json)
 from ..shared.global_features import GlobalFeatures
 from ..shared.lr_sweep import sweep_edge
@@ -60,7 +60,7 @@ from .heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
 from .recipe import RULES, Recipe
 
 INPUT_FEATURES = {"cls": GlobalFeatures.cls_concat, "cls+avgpool": GlobalFeatures.cls_avgpool,
-                  "last_cls": GlobalFeatures.last_cls}
+                  "last_cls": GlobalFeatures.last_cls, "pooled": GlobalFeatures.knn}  # pooled: k-NN's feature
 
 
 def result_stem(dataset: str, preset: str) -> str:
@@ -167,7 +167,7 @@ def comparison_table(specs: Sequence[BackboneSpec], results: dict[str, dict], gr
 
 
 INPUT_WORDS = {"cls": "normed CLS of the last {n} blocks", "cls+avgpool": "the same + avgpooled patches",
-               "last_cls": "normed CLS of the last block"}
+               "last_cls": "normed CLS of the last block", "pooled": "the backbone's pooled feature"}
 
 
 def caption(settings: GlobalSettings, recipe: Recipe, n_val: int) -> str:
@@ -184,7 +184,9 @@ def run_linear(cfg: DictConfig) -> dict[str, dict]:
     settings = resolve_settings(cfg, RULES)
     recipe = Recipe.from_config(cfg)
     set_cpu_threads(cfg.cpu_threads, loader_workers(cfg))
-    specs = backbones_to_evaluate(cfg)
+    specs = backbones_to_evaluate(cfg, families=POOLED_FAMILIES)
+    if set(recipe.inputs) - {"pooled"}:
+        refuse_cls_without_token(specs, f"inputs={list(recipe.inputs)}", "inputs=[pooled]")
     train, val = load_splits(settings)
     stem = result_stem(settings.dataset, recipe.preset)
     print(f"linear (preset {recipe.preset}) {describe_splits(settings, train, val)}, inputs {list(recipe.inputs)}, "

@@ -29,13 +29,16 @@ from skipless.cpu_threads import loader_workers as loader_workers_for
 from skipless.data.classification.registry import READERS, classification_split
 from skipless.data.errors import UnknownDatasetError
 from skipless.models import FeatureRequestError
+from skipless.models.timm_family import family_of, model_name
 
 from .backbones import BackboneSpec, backbone_key, load_spec
 from .devices import resolve_device
-from .global_features import GlobalFeatures, build_global_features, cache_key, last_blocks, open_features
+from .global_features import (GlobalFeatures, build_global_features, cache_key, is_pooled_only, last_blocks,
+                              open_features)
 from .report import compare_dir, result_json, write_text
 from .settings_rules import COMMON, check_rules
 
+POOLED_FAMILIES = ("vit", "timm")  # what k-NN, linear and t-SNE read: a timm model's pooled feature too
 DINO_SIZES = (256, 224)  # resize, crop of DINO's eval_knn.py / eval_linear.py
 CACHES = ("disk", "memory")
 
@@ -194,14 +197,43 @@ def _cache_place(settings: GlobalSettings, spec: BackboneSpec, dataset: Any, spl
     return folder, key
 
 
+def cls_blocks(settings: GlobalSettings, spec: BackboneSpec) -> int:
+    """How many last blocks give a CLS token: ``features.n_last_blocks``, none for a timm-family backbone."""
+    return 0 if family_of(spec.args) != "vit" else int(settings.cfg.features.n_last_blocks)
+
+
+def refuse_cls_without_token(specs: Sequence[BackboneSpec], what: str, fix: str) -> None:
+    """One sentence, before any feature is computed, for a backbone without a CLS token (a timm-family one)
+    given to a setting that reads CLS tokens (``what``; ``fix``: the setting that reads its pooled feature)."""
+    for spec in specs:
+        if family_of(spec.args) != "vit":
+            raise ConfigError(f"{spec.name} is a {model_name(spec.args)} (model.family={family_of(spec.args)}) "
+                              f"without a CLS token, and {what} reads CLS tokens; expected {fix}, its pooled feature")
+
+
 def cached_features(settings: GlobalSettings, spec: BackboneSpec, dataset: Any, split: str) -> GlobalFeatures | None:
     """The complete disk cache of ``dataset``'s features when an earlier run left one (``make knn``,
     ``make linear``), without loading the backbone; else None."""
     folder, key = _cache_place(settings, spec, dataset, split)
     if folder is None:
         return None
-    return open_features(folder, cache_key(key, n_last=int(settings.cfg.features.n_last_blocks),
+    return open_features(folder, cache_key(key, n_last=cls_blocks(settings, spec),
                                            resize=settings.resize, crop=settings.crop, n=len(dataset)))
+
+
+def _pooled_only_info(settings: GlobalSettings, spec: BackboneSpec, model: torch.nn.Module) -> dict[str, Any]:
+    """What describes a timm-family backbone; one sentence when it cannot take the crop (Swin fixes its size)."""
+    probe = torch.zeros(1, 3, settings.crop, settings.crop, device=settings.device,
+                        dtype=next(model.parameters()).dtype)
+    try:
+        with torch.inference_mode():
+            model(probe)
+    except (RuntimeError, AssertionError, ValueError) as err:
+        size = spec.args.get("img_size")
+        raise ConfigError(f"{spec.name} ({model_name(spec.args)}) cannot read {settings.crop} px crops ({err}); "
+                          f"expected features.crop={size}, the size it was trained at") from None
+    return {"arch": model_name(spec.args), "residual": spec.args.get("residual"), "family": family_of(spec.args),
+            "width": int(model.num_features), "cls_blocks": []}
 
 
 def split_features(settings: GlobalSettings, spec: BackboneSpec,
@@ -212,6 +244,25 @@ def split_features(settings: GlobalSettings, spec: BackboneSpec,
     cfg, feats = settings.cfg, settings.cfg.features
     t0 = time.perf_counter()
     model = load_spec(spec, settings.device, seed=int(cfg.seed), compile=bool(feats.compile))
+    if is_pooled_only(model):
+        info = _pooled_only_info(settings, spec, model)
+    else:
+        info = _vit_info(settings, spec, model)
+    workers = loader_workers(settings.cfg)
+    out = {}
+    for split, dataset in splits.items():
+        folder, key = _cache_place(settings, spec, dataset, split)
+        out[split] = build_global_features(
+            model, dataset, n_last=cls_blocks(settings, spec), resize=settings.resize, crop=settings.crop,
+            device=settings.device, batch_size=int(feats.batch_size), num_workers=workers, folder=folder, key=key,
+            amp=bool(feats.amp), progress=bool(cfg.progress), desc=f"{spec.name}: {split} features")
+    del model
+    return out, info, sum(f.extract_s for f in out.values()), time.perf_counter() - t0
+
+
+def _vit_info(settings: GlobalSettings, spec: BackboneSpec, model: torch.nn.Module) -> dict[str, Any]:
+    """What describes a ViT backbone, once the crop and ``n_last_blocks`` are checked against it."""
+    feats = settings.cfg.features
     depth, patch = len(model.blocks), model.patch_embed.patch_size[0]
     if settings.crop % patch:
         raise ConfigError(f"features.crop {settings.crop} is not a multiple of {spec.name}'s patch size {patch}; "
@@ -221,18 +272,8 @@ def split_features(settings: GlobalSettings, spec: BackboneSpec,
     except FeatureRequestError:
         raise ConfigError(f"features.n_last_blocks must be at most the depth of {spec.name} ({depth} blocks), "
                           f"got {feats.n_last_blocks}") from None
-    workers = loader_workers(settings.cfg)
-    out = {}
-    for split, dataset in splits.items():
-        folder, key = _cache_place(settings, spec, dataset, split)
-        out[split] = build_global_features(
-            model, dataset, n_last=int(feats.n_last_blocks), resize=settings.resize, crop=settings.crop,
-            device=settings.device, batch_size=int(feats.batch_size), num_workers=workers, folder=folder, key=key,
-            amp=bool(feats.amp), progress=bool(cfg.progress), desc=f"{spec.name}: {split} features")
-    info = {"arch": spec.args.get("arch"), "residual": spec.args.get("residual"), "init": spec.args.get("init"),
+    return {"arch": spec.args.get("arch"), "residual": spec.args.get("residual"), "init": spec.args.get("init"),
             "depth": depth, "width": int(model.embed_dim), "patch": int(patch), "cls_blocks": blocks}
-    del model
-    return out, info, sum(f.extract_s for f in out.values()), time.perf_counter() - t0
 
 
 def describe_splits(settings: GlobalSettings, train: Any, val: Any) -> str:

@@ -13,6 +13,10 @@ Per image, DINO's two global features (Caron et al. 2021; facebookresearch/dino 
 - ``avgpool``: the mean of the last block's patch tokens after the final norm
   (``eval_linear.py --avgpool_patchtokens``, which averages ``get_intermediate_layers(x, n)[-1][:, 1:]``).
 - ``pooled``: the backbone's own global feature, ``model(x)`` (its ``global_pool``): the k-NN feature.
+  For a backbone of the timm family (``make train MODEL=resnet``, ``convmixer``: ``skipless.models.timm_family``)
+  it is the only feature: timm's pooled output before the classifier (a ResNet's global average of its last
+  stage, seeds/002 Sec. 5.1's "bottleneck features"); such a backbone has no CLS token (``cls`` holds none
+  of them, ``n_last_blocks`` does not apply) and ``avgpool`` is the same pooled feature.
   For a CLS-pooled backbone (DINO's, every released one) it is the last ``cls`` entry, DINO's k-NN
   feature exactly; for a mean-token backbone (``model.global_pool=avg``, the CPU demo's DINO) it is
   the feature DINO trained, the final norm of the mean patch token, where the CLS token was never
@@ -52,6 +56,7 @@ from skipless.data.image_folder import READ_ERRORS
 from skipless.data.errors import MalformedDatasetError
 from skipless.models import extract_features, resolve_layers
 from skipless.models.features import final_layer_norm
+from skipless.models.timm_family import family_of
 
 from .images import normalized
 
@@ -73,9 +78,17 @@ def last_blocks(depth: int, n_last: int) -> list[int]:
     return resolve_layers(list(range(-int(n_last), 0)), depth)
 
 
+def is_pooled_only(model: nn.Module) -> bool:
+    """A backbone of the timm family: its pooled feature is the only one (module docstring)."""
+    return family_of(getattr(model, "skipless_args", {})) != "vit"
+
+
 def global_tokens(model: nn.Module, x: torch.Tensor, n_last: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(cls (B, n_last, D), avgpool (B, D), pooled (B, D))`` of images ``x`` from one forward pass
-    (module docstring)."""
+    (module docstring; a timm-family backbone: ``(B, 0, D)`` CLS tokens and its pooled feature twice)."""
+    if is_pooled_only(model):
+        pooled = model(x.to(next(model.parameters()).dtype))
+        return pooled.new_zeros(pooled.shape[0], 0, pooled.shape[1]), pooled, pooled
     blocks = last_blocks(len(model.blocks), n_last)
     raw = extract_features(model, x, blocks, ("out",), norm=False)
     final_norm = final_layer_norm(model)
@@ -212,7 +225,7 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
         if found is not None:
             return found
     device = torch.device(device)
-    n, dim = len(dataset), int(model.embed_dim)
+    n, dim = len(dataset), int(model.num_features)
     cls = np.zeros((n, int(n_last), dim), dtype=np.float32)
     avgpool = np.zeros((n, dim), dtype=np.float32)
     pooled = np.zeros((n, dim), dtype=np.float32)

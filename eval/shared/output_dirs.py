@@ -51,11 +51,12 @@ def check_outputs(specs: Sequence[BackboneSpec], runs_root: str, out: str | None
     check_writable(folders, out)
 
 
-def backbones_to_evaluate(cfg, floor: bool | None = None) -> list[BackboneSpec]:
+def backbones_to_evaluate(cfg, floor: bool | None = None, families: Sequence[str] = ("vit",)) -> list[BackboneSpec]:
     """The backbones an evaluator's ``ckpt`` / ``runs_root`` / ``out`` keys name, with the random floor after a
     single trained one when ``random_floor`` (or ``floor``) says so, and every output folder checked writable
-    before any feature is computed (``resolve_backbones``, then ``check_outputs``)."""
+    before any feature is computed (``resolve_backbones``, then ``check_outputs``); ``families``: the model
+    families the evaluator reads (ViT tokens only, unless it reads pooled features: k-NN, linear, t-SNE)."""
     floor = bool(cfg.random_floor) if floor is None else floor
-    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root, out=cfg.out, floor=floor)
+    specs = resolve_backbones(cfg.ckpt, runs_root=cfg.runs_root, out=cfg.out, floor=floor, families=families)
     check_outputs(specs, cfg.runs_root, cfg.out)
     return specs

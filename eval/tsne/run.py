@@ -41,7 +41,7 @@ from skipless.errors import exit_on_user_error
 from skipless.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
-from ..shared.global_eval import (GlobalSettings, Subset, cached_features, loader_workers, resolve_settings,
+from ..shared.global_eval import (POOLED_FAMILIES, refuse_cls_without_token, GlobalSettings, Subset, cached_features, loader_workers, resolve_settings,
                                   split_features, write_json)
 from ..shared.global_features import describe
 from ..shared.output_dirs import backbones_to_evaluate
@@ -144,7 +144,9 @@ def run_tsne(cfg: DictConfig) -> dict[str, dict]:
     """The t-SNE of every backbone of ``cfg.ckpt``; returns ``{backbone name: result}``."""
     settings = resolve_settings(cfg, RULES)
     set_cpu_threads(cfg.cpu_threads, loader_workers(cfg))
-    specs = backbones_to_evaluate(cfg)
+    specs = backbones_to_evaluate(cfg, families=POOLED_FAMILIES)
+    if cfg.feature == "cls":
+        refuse_cls_without_token(specs, "feature=cls", "feature=pooled")
     dataset = classification_split(settings.dataset, settings.root, str(cfg.split))
     classes, indices = choose_points(dataset.labels, int(cfg.num_classes),
                                      None if cfg.max_per_class is None else int(cfg.max_per_class), int(cfg.seed))

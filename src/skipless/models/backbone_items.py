@@ -47,6 +47,7 @@ from ..errors import SkiplessError
 from ..world import isolated_rng
 from .checkpoint import ArchRequiredError, BackboneLoadError, load_backbone, read_backbone_args
 from .compile import compile_blocks
+from .timm_family import backbone_from_args, family_of, model_name
 from .timm_weights import cached_weights, load_timm_backbone, timm_backbone_args
 from .vit import ARCHS, create_vit, freeze_for_eval
 
@@ -105,12 +106,13 @@ def run_config_value(run: Path, key: str) -> Any:
     return OmegaConf.select(OmegaConf.load(path), key) if path.is_file() else None
 
 
-def newest_run(runs_root: str | os.PathLike = "runs", fine_tunings: bool = True) -> Path | None:
-    """The run folder whose ``backbone.pt`` was written last, or None. Runs of another model family
-    (``make train MODEL=swin-s``, whose backbones no evaluator reads) are passed over, and so are
-    fine-tunings (``make finetune``'s runs) when ``fine_tunings`` is false."""
+def newest_run(runs_root: str | os.PathLike = "runs", fine_tunings: bool = True,
+               families: Sequence[str] = ("vit",)) -> Path | None:
+    """The run folder whose ``backbone.pt`` was written last, or None. Runs of a model family not in ``families``
+    (``make train MODEL=resnet`` is ``timm``, which only k-NN, linear and t-SNE read) are passed over, and so
+    are fine-tunings (``make finetune``'s runs) when ``fine_tunings`` is false."""
     found = [p for p in Path(runs_root).glob("*/backbone.pt") if p.is_file()
-             and run_config_value(p.parent, "model.family") in (None, "vit")
+             and (run_config_value(p.parent, "model.family") or "vit") in families
              and (fine_tunings or run_config_value(p.parent, "finetune") is None)]
     return max(found, key=lambda p: p.stat().st_mtime).parent if found else None
 
@@ -228,16 +230,28 @@ def _item_spec(item: str, runs_root: Path) -> BackboneSpec:
     return _file_spec(item, runs_root)
 
 
+def check_family(spec: BackboneSpec, families: Sequence[str]) -> None:
+    """Refuse, in one sentence, a backbone whose family (``vit``, ``timm``) the reader does not take."""
+    family = family_of(spec.args)
+    if family not in families:
+        raise BackboneLoadError(
+            f"{spec.name} is a {model_name(spec.args)} (model.family={family}), and this command reads ViT backbones "
+            "only (their blocks, patches or class token); expected a ViT backbone, or make knn, make linear "
+            "inputs=[pooled] or make tsne feature=pooled, which read such a backbone's pooled feature")
+
+
 def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.PathLike = "runs",
-                      out: str | os.PathLike | None = None, floor: bool = False) -> list[BackboneSpec]:
+                      out: str | os.PathLike | None = None, floor: bool = False,
+                      families: Sequence[str] = ("vit",)) -> list[BackboneSpec]:
     """Turn a ``CKPT`` setting into backbone specs, in the order given (see the module docstring);
     ``out``: write every backbone's results to ``<out>/<name>/`` instead of its own ``eval/`` folder;
     ``floor``: a ``CKPT`` of one trained backbone (a run, a file, timm weights) gets ``random`` after it,
-    a seeded random init of its architecture, so that its number is read beside its floor."""
+    a seeded random init of its architecture, so that its number is read beside its floor; ``families``: the
+    model families the reader takes (``check_family``; a timm model's pooled features: k-NN, linear, t-SNE)."""
     items = split_items(ckpt)
     runs_root = Path(runs_root)
     if not items:
-        run = newest_run(runs_root)
+        run = newest_run(runs_root, families=families)
         if run is None:
             raise BackboneNotFoundError(
                 f"no pretraining run with a backbone.pt under {runs_root}/; run `make pretrain` first or "
@@ -251,19 +265,22 @@ def resolve_backbones(ckpt: str | Sequence[str] | None, runs_root: str | os.Path
         if real:
             reference = real[0].args
         else:
-            run = newest_run(runs_root)
+            run = newest_run(runs_root, families=families)
             if run is None:
                 raise BackboneNotFoundError(
                     "CKPT=random copies the architecture of a checkpoint, and there is none: pass one "
                     f"as well (CKPT=\"runs/<name> random\") or run `make pretrain` first (looked in {runs_root}/)")
             reference = _stored_args(run / "backbone.pt")
-        tag = "-".join(str(reference.get(k)) for k in ("arch", "residual", "init"))
+        tag = "-".join(str(v) for v in (model_name(reference), reference.get("residual"), reference.get("init"))
+                       if v is not None)
         floor = BackboneSpec(RANDOM, None, runs_root / f"random-{tag}" / "eval", dict(reference), RANDOM)
         specs = [floor if s is None else s for s in specs]
     names = [s.name for s in specs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BackboneNotFoundError(f"CKPT names the same backbone twice ({', '.join(duplicates)}); give each once")
+    for spec in specs:
+        check_family(spec, families)
     if out is not None:
         specs = [replace(s, out_dir=Path(out) / (s.out_dir.parent.name if s.is_random else s.name)) for s in specs]
     return specs  # type: ignore[return-value]
@@ -284,6 +301,8 @@ def spec_model(spec: BackboneSpec, seed: int = 0, device: str | torch.device = "
         args = {k: v for k, v in spec.args.items() if k != "arch"}
         with isolated_rng(device):
             torch.manual_seed(seed)
+            if family_of(spec.args) != "vit":
+                return backbone_from_args(spec.args)
             return create_vit(spec.args["arch"], **args)
     if spec.kind == "timm":
         return load_timm_backbone(spec.timm_name)

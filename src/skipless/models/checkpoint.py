@@ -1,5 +1,8 @@
 """Backbone files: weights with timm's parameter names plus the ``create_vit`` arguments.
 
+A backbone of another family (``make train MODEL=resnet``: ``family: timm`` in its arguments,
+``timm_family.py``) is written the same way and rebuilt from its arguments by ``timm_family.backbone_from_args``.
+
 ``save_backbone`` writes ``{"format", "args", "state_dict"}``; ``load_backbone`` rebuilds the model
 from ``args`` and loads strictly (a silently ignored key would hide a wrong architecture).
 
@@ -26,6 +29,7 @@ import torch
 
 from ..atomic import atomic_torch_save
 from ..errors import SkiplessError
+from .timm_family import backbone_from_args, family_of, model_name
 from .vit import ARCHS, SkiplessViT, backbone_args, create_vit
 
 FORMAT = "skipless-backbone/1"
@@ -94,16 +98,11 @@ def is_backbone_file(payload: Any) -> bool:
 
 
 def stored_args(payload: dict[str, Any], source: str) -> dict[str, Any]:
-    """The ``create_vit`` arguments of a ``save_backbone`` payload, defaults of older files filled in.
-
-    Raises:
-        BackboneLoadError: a backbone of another family (``make train MODEL=swin-s``: ``timm_family.py``),
-            which no reader of ViT tokens can take.
-    """
+    """The ``create_vit`` arguments of a ``save_backbone`` payload, defaults of older ViT files filled in (a
+    timm-family backbone's arguments, ``family: timm``, as they are)."""
     args = payload["args"]
-    if args.get("family", "vit") != "vit":
-        raise BackboneLoadError(f"{source} holds a {args.get('timm_name')} (model.family={args['family']}); the "
-                                "evaluators, make finetune and pretraining read the suite's ViT backbones only")
+    if family_of(args) != "vit":
+        return dict(args)
     return {"pos_embed_interp": LEGACY_POS_EMBED_INTERP, **args}
 
 
@@ -202,16 +201,23 @@ def load_state_strict(model: SkiplessViT, state: dict[str, torch.Tensor], source
         def head(keys):
             return ", ".join(keys[:4]) + (" ..." if len(keys) > 4 else "")
         raise BackboneLoadError(
-            f"{source} does not match the architecture {model.skipless_args['arch']} it names: "
+            f"{source} does not match the architecture {model_name(model.skipless_args)} it names: "
             f"{len(missing)} missing keys ({head(missing)}), {len(unexpected)} unexpected keys "
             f"({head(unexpected)}), {len(wrong_shape)} shape mismatches ({head(wrong_shape)})")
     model.load_state_dict(state, strict=True)
     return model
 
 
-def build_backbone(args: dict[str, Any], source: str) -> SkiplessViT:
-    """An (untrained) ``SkiplessViT`` from stored ``create_vit`` arguments, to load weights into."""
+def build_backbone(args: dict[str, Any], source: str) -> torch.nn.Module:
+    """An (untrained) ``SkiplessViT`` from stored ``create_vit`` arguments, or the timm model of a ``family: timm``
+    backbone's, to load weights into."""
     stored = dict(args)
+    if family_of(stored) != "vit":
+        try:
+            return backbone_from_args(stored)
+        except (KeyError, TypeError, ValueError) as err:
+            raise BackboneLoadError(f"{source}: cannot rebuild the {model_name(stored)} from its stored arguments: "
+                                    f"{err}") from err
     build = {k: v for k, v in stored.items() if k != "arch"}
     try:
         # The weights are overwritten afterwards, so skip the (SVD-heavy) initialisation.

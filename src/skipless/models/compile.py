@@ -47,9 +47,10 @@ def compile_in_place(modules: Iterable[nn.Module], enabled: bool) -> None:
 
 
 def compile_blocks(model: nn.Module, enabled: bool) -> None:
-    """Compile each of ``model.blocks`` in place when ``enabled`` (the evaluators' feature extraction)."""
+    """Compile each of ``model.blocks`` in place when ``enabled`` (the evaluators' feature extraction); a model
+    without them (a timm ResNet, read whole for its pooled feature) is compiled whole."""
     if not enabled:
         return
     _allow_compilation()
-    for block in model.blocks:
+    for block in getattr(model, "blocks", None) or [model]:
         block.compile(dynamic=False)

@@ -16,8 +16,10 @@ ConvMixer (Trockman & Kolter 2022; seeds/003 App. B trains it with and without i
 timm model.
 
 Only supervised training builds these (``supervised/classifier.py``); the backbone file they export says
-``family: timm``, and the evaluators, ``make finetune`` and pretraining, which read ViT tokens, refuse it
-in one sentence (``checkpoint.build_backbone``, the schemas).
+``family: timm`` and loads strictly from its arguments (``backbone_from_args``, ``checkpoint.load_backbone``).
+k-NN, linear and t-SNE read its pooled feature (``model(x)``, timm's ``num_classes=0`` output) and the effective
+rank reads its blocks' pooled outputs (``feature_blocks``); the evaluators of ViT tokens, ``make finetune`` and
+pretraining refuse it in one sentence (``backbone_items.resolve_backbones``, the schemas).
 """
 from __future__ import annotations
 
@@ -109,6 +111,34 @@ def decay_shortcuts(model: nn.Module, timm_name: str, alpha_min: float, indexing
     return gains
 
 
+def family_of(args: Mapping[str, Any]) -> str:
+    """``vit`` or ``timm``: the family of a backbone's stored arguments (files older than the family are ViTs)."""
+    return str(args.get("family", "vit"))
+
+
+def model_name(args: Mapping[str, Any]) -> str:
+    """How results name a backbone's architecture: the ViT's ``arch``, a timm model's ``timm_name``."""
+    return str(args.get("timm_name") if family_of(args) == "timm" else args.get("arch"))
+
+
+def feature_blocks(model: nn.Module) -> list[nn.Module]:
+    """The blocks of a timm model in forward order, whose outputs are its features at every depth: a ResNet's
+    residual blocks (``BasicBlock``, ``Bottleneck``; seeds/002 Fig. 4 counts them, 8 in a ResNet-18), a model's
+    own ``blocks`` sequence otherwise (ConvMixer's mixer layers). Raises ``TimmFamilyError`` for a model with
+    neither (Swin, CaiT and PVT nest theirs in stages)."""
+    from timm.models.resnet import BasicBlock, Bottleneck
+
+    found = [m for m in model.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+    if found:
+        return found
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, nn.Sequential) and len(blocks):
+        return list(blocks)
+    name = getattr(model, "skipless_args", {}).get("timm_name", type(model).__name__)
+    raise TimmFamilyError(f"{name} has no flat sequence of blocks the suite reads features from; expected a "
+                          "ResNet or a ConvMixer")
+
+
 def _create(timm_name: str, img_size: int, kwargs: dict[str, Any]) -> nn.Module:
     """``timm.create_model`` at ``img_size`` when the constructor takes one, else without it."""
     try:
@@ -122,6 +152,15 @@ def _create(timm_name: str, img_size: int, kwargs: dict[str, Any]) -> nn.Module:
 def is_timm_model(name: str) -> bool:
     """A registered timm model, or one of ``TIMM_CLASSES``."""
     return name in TIMM_CLASSES or timm.is_model(name)
+
+
+def backbone_from_args(args: Mapping[str, Any]) -> nn.Module:
+    """The (untrained) timm model that stored ``skipless_args`` (``family: timm``) describe, to load weights into
+    (``checkpoint.build_backbone``) or to draw a random floor of the same model."""
+    return create_timm_backbone(str(args["timm_name"]), int(args["img_size"]), int(args["patch_size"]),
+                                token_graying=args.get("token_graying"), timm_args=args.get("timm_args"),
+                                residual=str(args.get("residual", "skip")), alpha_min=args.get("alpha_min"),
+                                decay_indexing=str(args.get("decay_indexing", "sub_block")))
 
 
 def _gray_hook(patch: int, method: str, eps: float):
