@@ -199,8 +199,11 @@ def test_the_resnet_presets_train_and_what_cannot_decay_is_refused(tmp_path):
         cfg = load_config("train", [f"model={model}", "aug.image_size=32", "data.n_train=8", "data.n_val=4",
                                     "train.batch_size_per_device=4", "train.num_workers=0", "train.epochs=1",
                                     "optim.warmup_epochs=0", "train.precision=32-true", f"data.root={tmp_path / 'data'}",
-                                    f"run.root={tmp_path}", f"run.name={model}"])
+                                    f"run.root={tmp_path}", f"run.name={model}", "diagnostics.rank_images=4"])
         _, module = train(cfg)
         assert module.backbone.skipless_args["residual"] == ("decayed" if model.endswith("decayed") else "skip")
+        line = json.loads((tmp_path / model / "rank.jsonl").read_text())  # seeds/002 Fig. 4b, at the last epoch
+        assert line["epoch"] == 1 and line["images"] == 4 and len(line["blocks"]) == 8  # ResNet-18's 8 blocks
+        assert 0 < line["erank"] <= 4
     with pytest.raises(ConfigError, match="^convmixer has no ResNet blocks whose shortcuts the suite can decay"):
         check_config(load_config("train", ["model=convmixer", "model.residual=decayed", f"run.root={tmp_path}/x"]))
