@@ -205,5 +205,6 @@ def test_the_resnet_presets_train_and_what_cannot_decay_is_refused(tmp_path):
         line = json.loads((tmp_path / model / "rank.jsonl").read_text())  # seeds/002 Fig. 4b, at the last epoch
         assert line["epoch"] == 1 and line["images"] == 4 and len(line["blocks"]) == 8  # ResNet-18's 8 blocks
         assert 0 < line["erank"] <= 4
+        assert json.loads((tmp_path / model / "summary.json").read_text())["rank"] == line  # Fig. 4a's number
     with pytest.raises(ConfigError, match="^convmixer has no ResNet blocks whose shortcuts the suite can decay"):
         check_config(load_config("train", ["model=convmixer", "model.residual=decayed", f"run.root={tmp_path}/x"]))

@@ -286,8 +286,9 @@ class RunSummary(pl.Callback):
     each new one at the end of the epoch that met it, says the total at the end of the run, and
     writes ``<run>/summary.json`` (atomically) when the fit ends or stops on an error: status, epochs
     done, steps, skipped images and their files, final loss, the precision that ran with the reason
-    it was chosen, and ``collapsed``: the reason the run's ``CollapseMonitor`` gave at its last
-    check, or null.
+    it was chosen, ``collapsed``: the reason the run's ``CollapseMonitor`` gave at its last
+    check, or null, a supervised run's last validation (``val``) and the rank monitor's last measurement
+    (``rank``) when it ran.
 
     The files come from the loader's ``SkipTally`` (``training/data.py``), its flags summed over ranks.
     """
@@ -363,6 +364,9 @@ class RunSummary(pl.Callback):
         last_val = getattr(trainer.lightning_module, "last_val", None)  # a supervised run's last validation
         if last_val:
             summary["val"] = last_val
+        rank = next((c.last_rank for c in trainer.callbacks if getattr(c, "last_rank", None)), None)
+        if rank:  # the rank monitor's last measurement (rank_monitor.py): seeds/002 Fig. 4a reads it at convergence
+            summary["rank"] = rank
         text = json.dumps(summary, indent=1) + "\n"
         atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))
 

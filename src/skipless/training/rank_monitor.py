@@ -50,6 +50,7 @@ class RankMonitor(pl.Callback):
         self.images_fn, self.run_dir = images, Path(run_dir)
         self.every, self.epochs = int(every), {int(e) for e in epochs}
         self._images: torch.Tensor | None = None
+        self.last_rank: dict | None = None  # {"epoch", "step", "rho", ...}: summary.json's ``rank`` (RunSummary)
 
     def due(self, epoch: int, max_epochs: int) -> bool:
         return epoch == max_epochs or epoch in self.epochs or bool(self.every and epoch % self.every == 0)
@@ -64,8 +65,9 @@ class RankMonitor(pl.Callback):
             rank = feature_rank(pl_module.exported_backbone(), self._images)
         for logger in trainer.loggers:
             logger.log_metrics(scalars(rank), step=trainer.global_step)
+        self.last_rank = {"epoch": epoch, "step": trainer.global_step, **rank}
         with open(self.run_dir / "rank.jsonl", "a") as f:
-            f.write(json.dumps({"epoch": epoch, "step": trainer.global_step, **rank}) + "\n")
+            f.write(json.dumps(self.last_rank) + "\n")
         where = (f"before the final norm rho {rank['rho_pre_norm']:.3f}" if "rho_pre_norm" in rank else
                  "after each block " + " ".join(f"{b['rho']:.2f}" for b in rank.get("blocks", {}).values()))
         print(f"{'class-token' if 'rho_pre_norm' in rank else 'pooled-feature'} effective rank (epoch {epoch}): rho "
