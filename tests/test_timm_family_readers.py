@@ -56,8 +56,9 @@ def test_the_random_floor_of_a_resnet_is_the_same_model_drawn_from_the_seed(tmp_
 def test_the_global_feature_of_a_cnn_is_its_pooled_output_and_it_has_no_cls_token(tmp_path):
     model, _ = _resnet(tmp_path)
     data = colour_images("val", 2)
-    feats = build_global_features(model, data, n_last=0, resize=32, crop=32, progress=False)
-    images = torch.stack([eval_transform(32, 32)(data.read(i)[0]) for i in range(len(data))])
+    # 64 px: the last stage's map is 2 x 2, so its pooling is not the identity
+    feats = build_global_features(model, data, n_last=0, resize=64, crop=64, progress=False)
+    images = torch.stack([eval_transform(64, 64)(data.read(i)[0]) for i in range(len(data))])
     expected = model(images).detach().numpy()  # timm's pooled output (num_classes=0), computed here without the cache
     assert feats.cls.shape == (12, 0, 16) and np.allclose(feats.pooled, expected, atol=1e-5)
     assert np.array_equal(feats.avgpool, feats.pooled)  # a ResNet's pooled feature is its last stage's average
