@@ -102,3 +102,12 @@ def test_the_readers_of_vit_tokens_refuse_a_cnn_in_one_sentence(tmp_path, reader
                                                 r"reads ViT backbones only .*; expected a ViT backbone, or make knn"):
         main([f"ckpt={run}", f"runs_root={tmp_path / 'runs'}"])
     assert not (run / "eval").exists()
+
+
+def test_make_finetune_refuses_a_cnn_before_its_run_folder(tmp_path, capsys):
+    from skipless.finetune import main as finetune_main
+    _, run = _resnet(tmp_path / "runs" / "resnet")
+    assert finetune_main([f"finetune.ckpt={run}", f"run.root={tmp_path / 'out'}"]) != 0
+    assert "error: resnet is a resnet18 (model.family=timm), and this command reads ViT backbones only" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
