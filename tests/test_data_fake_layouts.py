@@ -22,7 +22,7 @@ def test_every_layout_is_written_in_the_arrangement_of_data_readme(fake):
     assert all((folder / FAKE_TAG).is_file() and folder.name == name for name, folder in fake.items())
 
 
-@pytest.mark.parametrize("name", ["imagenet", "imagenet100"])
+@pytest.mark.parametrize("name", ["imagenet", "imagenet100", "imagenet10"])
 def test_imagenet_layouts_read_as_labelled_splits_and_as_a_pretraining_folder(fake, name):
     train, val = (classification_split("imagenet", fake[name], s) for s in ("train", "val"))
     assert (len(train), len(val)) == (SIZES.train, SIZES.val) and sorted(set(train.labels)) == [0, 1]

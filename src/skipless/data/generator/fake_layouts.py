@@ -8,7 +8,7 @@ few generated scenes (``scene_render.render``, upscaled ``scale`` times: 320-448
 size of VOC's and ImageNet's photographs) into each real layout of ``data/README.md``, one folder per
 dataset, in the arrangement the configs' default roots name (``data/imagenet``, ``data/voc`` ...):
 
-    imagenet/, imagenet100/  train/<wnid>/<wnid>_<k>.JPEG, val/<wnid>/ILSVRC2012_val_<8 digits>.JPEG,
+    imagenet/, imagenet100/, imagenet10/   train/<wnid>/<wnid>_<k>.JPEG, val/<wnid>/ILSVRC2012_val_<8 digits>.JPEG,
                              LOC_synset_mapping.txt (val as class folders, the valprep.sh form)
     voc/VOCdevkit/VOC2007/, VOC2012/   JPEGImages, SegmentationClass, SegmentationObject (palette PNGs),
                              Annotations/*.xml, ImageSets/{Segmentation,Main}/{train,val,trainval}.txt
@@ -280,6 +280,7 @@ def write_cifar100(folder: Path, scenes: list[Scene], sizes: FakeSizes) -> None:
 ARRANGEMENT: dict[str, Callable[[Path, list[Scene], FakeSizes], None]] = {
     "imagenet": write_imagenet,
     "imagenet100": write_imagenet,
+    "imagenet10": write_imagenet,  # seed 002 Fig. 4's 10 classes ($IMAGENET10_ROOT's default, data/imagenet10)
     "voc": write_voc,
     "ade20k": write_ade20k,
     "cocostuff": write_cocostuff,
