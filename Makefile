@@ -121,7 +121,7 @@ setup: $(STAMP) ## create .venv and install skipless with its dependencies (auto
 data: $(STAMP) ## generate the embedded default dataset (configs/data/default.yaml) if missing; DATA=imagenet100: link ImageNet-100
 	$(if $(filter-out default imagenet100,$(DATA)),$(error make data builds the embedded default (DATA unset or \
 	  DATA=default) or ImageNet-100 (DATA=imagenet100 IMAGENET_ROOT=...); DATA=$(DATA) is read where it lies (data/README.md)))
-	$(if $(filter imagenet100,$(DATA)),$(PY) -m skipless.data.classification.imagenet100 \
+	$(if $(filter imagenet100,$(DATA)),$(PY) -m skipless.data.classification.imagenet_subset \
 	  $(if $(strip $(IMAGENET_ROOT)),--imagenet-root $(call sq,$(IMAGENET_ROOT))) \
 	  $(if $(strip $(IMAGENET100_ROOT)),--out $(call sq,$(IMAGENET100_ROOT))),$(PY) -m skipless.data.generator.synthetic)
 

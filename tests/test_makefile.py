@@ -35,7 +35,8 @@ def test_make_data_imagenet100_passes_the_roots_given_and_other_data_is_refused(
     import shlex
 
     assert dry_run("data", "DATA=default").split() == ["python", "-m", "skipless.data.generator.synthetic"]
-    assert dry_run("data", "DATA=imagenet100").split() == ["python", "-m", "skipless.data.classification.imagenet100"]
+    builder = ["python", "-m", "skipless.data.classification.imagenet_subset"]
+    assert dry_run("data", "DATA=imagenet100").split() == builder
     words = shlex.split(dry_run("data", "DATA=imagenet100", "IMAGENET_ROOT=/data/my imagenet",
                                 "IMAGENET100_ROOT=/data/bob's"))
     assert words[3:] == ["--imagenet-root", "/data/my imagenet", "--out", "/data/bob's"]
