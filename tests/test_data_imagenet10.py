@@ -106,3 +106,15 @@ def test_the_command_builds_imagenet10_into_its_own_variable(imagenet, tmp_path,
     main(["--subset", "imagenet10"])  # neither: data/imagenet10, data/README.md's arrangement
     assert SUBSETS["imagenet10"].default_out == "data/imagenet10"
     assert len(os.listdir(tmp_path / "data" / "imagenet10" / "train")) == 10
+
+
+def test_make_train_data_imagenet10_reads_the_subset_with_the_imagenet_reader(monkeypatch):
+    from skipless.config import load_config
+    from skipless.supervised.schema import check_train_config
+
+    monkeypatch.delenv("IMAGENET10_ROOT", raising=False)
+    cfg = load_config("train", ["data=imagenet10"])
+    check_train_config(cfg)
+    assert (cfg.data.name, cfg.data.root) == ("imagenet", SUBSETS["imagenet10"].default_out)
+    monkeypatch.setenv("IMAGENET10_ROOT", "/data/imagenette2")  # an Imagenette download, or the built subset
+    assert load_config("train", ["data=imagenet10"]).data.root == "/data/imagenette2"

@@ -46,6 +46,21 @@ def test_make_data_imagenet100_passes_the_roots_given_and_other_data_is_refused(
     assert "DATA=imagenet is read where it lies" in refused.stderr
 
 
+def test_make_data_imagenet10_passes_its_own_root_and_names_the_subset():
+    import shlex
+
+    words = shlex.split(dry_run("data", "DATA=imagenet10", "IMAGENET_ROOT=/data/my imagenet",
+                                "IMAGENET10_ROOT=/data/in10", "IMAGENET100_ROOT=/data/in100"))
+    assert words[1:] == ["-m", "skipless.data.classification.imagenet_subset", "--subset", "imagenet10",
+                         "--imagenet-root", "/data/my imagenet", "--out", "/data/in10"]
+    assert "--out" not in dry_run("data", "DATA=imagenet10", "IMAGENET100_ROOT=/data/in100")  # not its folder
+    refused = subprocess.run(["make", "-n", "-s", "STAMP=", "PY=python", "data", "DATA=imagenet20"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "or ImageNet-10, Imagenette's classes (DATA=imagenet10" in refused.stderr
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "make data DATA=imagenet10 IMAGENET_ROOT=<ImageNet-1k> [IMAGENET10_ROOT=data/imagenet10]" in out
+
+
 def test_help_lists_the_recipes_and_the_default_choices():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "dino demo|paper|paper300, mae demo|paper" in out and "data=default: demo" in out
