@@ -118,3 +118,41 @@ def test_make_train_data_imagenet10_reads_the_subset_with_the_imagenet_reader(mo
     assert (cfg.data.name, cfg.data.root) == ("imagenet", SUBSETS["imagenet10"].default_out)
     monkeypatch.setenv("IMAGENET10_ROOT", "/data/imagenette2")  # an Imagenette download, or the built subset
     assert load_config("train", ["data=imagenet10"]).data.root == "/data/imagenette2"
+
+
+def _write_fake_imagenette(root: Path) -> Path:
+    """Imagenette as its archive unpacks (imagenette2/): ``train/<wnid>/`` and ``val/<wnid>/`` class folders (train
+    names ``<wnid>_<k>.JPEG``, val ImageNet's ``ILSVRC2012_val_<8 digits>.JPEG``) and ``noisy_imagenette.csv``
+    beside them. Each class is one flat grey, 10 + 20 x its sorted index, so a label can be checked on the pixels;
+    train holds a JPEG and a PNG per class, val a JPEG. The folders are made in reverse order."""
+    from PIL import Image
+
+    for k, wnid in reversed(list(enumerate(sorted(IMAGENETTE)))):
+        grey = Image.new("RGB", (8, 8), (10 + 20 * k,) * 3)
+        for split, names in (("train", [f"{wnid}_{k + 1}.JPEG", f"{wnid}_{k + 2}.png"]),
+                             ("val", [f"ILSVRC2012_val_{k + 1:08d}.JPEG"])):
+            (root / split / wnid).mkdir(parents=True)
+            for name in names:
+                grey.save(root / split / wnid / name, quality=95)
+    (root / "noisy_imagenette.csv").write_text("path,noisy_labels_0,is_valid\n")
+    return root
+
+
+def test_an_imagenette_download_needs_no_build_the_imagenet_reader_reads_it(tmp_path, monkeypatch):
+    import numpy as np
+
+    from skipless.config import load_config
+
+    root = _write_fake_imagenette(tmp_path / "imagenette2")
+    monkeypatch.setenv("IMAGENET10_ROOT", str(root))
+    cfg = load_config("train", ["data=imagenet10"])  # make train DATA=imagenet10 IMAGENET10_ROOT=<imagenette2>
+    wnids = subset_wnids("imagenet10")
+    assert list(wnids) == sorted(wnids)  # imagenet10.txt's order is the reader's, ImageFolder's sorted wnids
+    for split, per_class in (("train", 2), ("val", 1)):
+        data = classification_split(cfg.data.name, cfg.data.root, split)
+        assert data.class_names == wnids and len(data) == 10 * per_class
+        assert np.bincount(data.labels).tolist() == [per_class] * 10
+        for i in range(len(data)):
+            image, label = data.read(i)
+            assert Path(data.items[i]).parent.name == wnids[label]
+            assert abs(int(np.asarray(image)[4, 4, 0]) - (10 + 20 * label)) <= 3  # the class's own grey
