@@ -34,9 +34,10 @@ PREFLIGHT_BATCH :=
 ARGS :=
 PORT := 6006
 # Dataset roots, which the configs read from the environment too (${oc.env:IMAGENET100_ROOT,...}): an exported
-# value is meant, so these two take the shell's.
+# value is meant, so these take the shell's.
 IMAGENET_ROOT ?=
 IMAGENET100_ROOT ?=
+IMAGENET10_ROOT ?=
 # make tensorboard listens on this machine only unless HOST= is given on the make line: anyone who can reach
 # the port reads every run. An exported $$HOST (some shells set it to the machine's name) is not a request.
 TB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST),127.0.0.1)
@@ -60,6 +61,10 @@ TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data
 FINETUNE_ARGS = $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) $(call opt,recipe,$(RECIPE)) \
   $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+# The ImageNet subsets make data links (imagenet_subset.py's SUBSETS; imagenet100 is its default) and the folder of
+# the one DATA= names: IMAGENET100_ROOT or IMAGENET10_ROOT.
+SUBSETS := imagenet100 imagenet10
+SUBSET_ROOT = $(if $(filter imagenet10,$(DATA)),$(IMAGENET10_ROOT),$(IMAGENET100_ROOT))
 choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/*.yaml)))))
 # The scales of one method's recipes: recipe/<method>-<scale>.yaml -> <scale>.
 scales = $(subst $(eval) ,|,$(sort $(patsubst $(1)-%,%,$(basename $(notdir $(wildcard configs/recipe/$(1)-*.yaml))))))
@@ -104,6 +109,8 @@ help: ## list targets and variables
 	@echo "       data/imagenet100, data/imagenet, data/mnist)"
 	@echo "  make data DATA=imagenet100 IMAGENET_ROOT=<ImageNet-1k: train/<wnid>/, val/<wnid>/> [IMAGENET100_ROOT=data/imagenet100]:"
 	@echo "       links CMC's 100 classes (src/skipless/data/classification/imagenet100.txt) into IMAGENET100_ROOT, copies nothing"
+	@echo "  make data DATA=imagenet10 IMAGENET_ROOT=<ImageNet-1k> [IMAGENET10_ROOT=data/imagenet10]: Imagenette's 10 classes"
+	@echo "       (imagenet10.txt) likewise, for make train DATA=imagenet10; an Imagenette download needs no build: IMAGENET10_ROOT=<it>"
 	@echo "  PREFLIGHT=1 (with SCALE=full: every job at the paper's sizes for 2 steps on fake data, here; a table of"
 	@echo "       errors, step time, memory per image, GPU-hour estimates)   PREFLIGHT_BATCH=N (its images per device)"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
@@ -118,17 +125,19 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
 
-data: $(STAMP) ## generate the embedded default dataset (configs/data/default.yaml) if missing; DATA=imagenet100: link ImageNet-100
-	$(if $(filter-out default imagenet100,$(DATA)),$(error make data builds the embedded default (DATA unset or \
-	  DATA=default) or ImageNet-100 (DATA=imagenet100 IMAGENET_ROOT=...); DATA=$(DATA) is read where it lies (data/README.md)))
-	$(if $(filter imagenet100,$(DATA)),$(PY) -m skipless.data.classification.imagenet100 \
+data: $(STAMP) ## generate the embedded default dataset (configs/data/default.yaml) if missing; DATA=imagenet100|imagenet10: link an ImageNet subset
+	$(if $(filter-out default $(SUBSETS),$(DATA)),$(error make data builds the embedded default (DATA unset or \
+	  DATA=default), ImageNet-100 (DATA=imagenet100 IMAGENET_ROOT=...) or ImageNet-10, Imagenette's classes \
+	  (DATA=imagenet10 IMAGENET_ROOT=...); DATA=$(DATA) is read where it lies (data/README.md)))
+	$(if $(filter $(SUBSETS),$(DATA)),$(PY) -m skipless.data.classification.imagenet_subset \
+	  $(if $(filter-out imagenet100,$(DATA)),--subset $(DATA)) \
 	  $(if $(strip $(IMAGENET_ROOT)),--imagenet-root $(call sq,$(IMAGENET_ROOT))) \
-	  $(if $(strip $(IMAGENET100_ROOT)),--out $(call sq,$(IMAGENET100_ROOT))),$(PY) -m skipless.data.generator.synthetic)
+	  $(if $(strip $(SUBSET_ROOT)),--out $(call sq,$(SUBSET_ROOT))),$(PY) -m skipless.data.generator.synthetic)
 
 pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
 
-train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
+train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|imagenet10|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
 
 finetune: $(STAMP) ## end-to-end fine-tuning of the backbone CKPT names (default: the newest run): CKPT= DATA= RECIPE= OPT= GPUS= RESUME= ARGS=

@@ -1,4 +1,4 @@
-"""ImageNet-100 (``skipless/data/classification/imagenet100.py``): CMC's class list, and ``make data
+"""ImageNet-100 (``skipless/data/classification/imagenet_subset.py``): CMC's class list, and ``make data
 DATA=imagenet100`` linking its class folders out of an ImageNet root, refusing in one sentence (before
 writing anything) missing classes, a flat val and an output folder that holds anything else. The ImageNet
 tree is a fake of tiny JPEGs (``fake_layouts.py``)."""
@@ -9,14 +9,18 @@ from pathlib import Path
 import pytest
 
 from skipless.data.generator.fake_layouts import write_fake_imagenet
-from skipless.data.classification.imagenet100 import (DEFAULT_OUT, LIST, SubsetFolderError, build_subset,
-                                                      imagenet100_wnids, main)
+from skipless.data.classification.imagenet_subset import SUBSETS, SubsetFolderError, build_subset, main, subset_wnids
 from skipless.data.classification.registry import classification_split
 from skipless.data.errors import DatasetNotFoundError, MalformedDatasetError
 from skipless.data.image_folder import ImageFolderDataset
 
 ROOT = Path(__file__).resolve().parents[1]
 EXTRA = "n01440764"  # an ImageNet-1k class that is not one of the 100
+LIST, DEFAULT_OUT = SUBSETS["imagenet100"].wnids_file, SUBSETS["imagenet100"].default_out
+
+
+def imagenet100_wnids() -> tuple[str, ...]:
+    return subset_wnids("imagenet100")
 
 
 @pytest.fixture(scope="module")

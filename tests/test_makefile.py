@@ -35,7 +35,8 @@ def test_make_data_imagenet100_passes_the_roots_given_and_other_data_is_refused(
     import shlex
 
     assert dry_run("data", "DATA=default").split() == ["python", "-m", "skipless.data.generator.synthetic"]
-    assert dry_run("data", "DATA=imagenet100").split() == ["python", "-m", "skipless.data.classification.imagenet100"]
+    builder = ["python", "-m", "skipless.data.classification.imagenet_subset"]
+    assert dry_run("data", "DATA=imagenet100").split() == builder
     words = shlex.split(dry_run("data", "DATA=imagenet100", "IMAGENET_ROOT=/data/my imagenet",
                                 "IMAGENET100_ROOT=/data/bob's"))
     assert words[3:] == ["--imagenet-root", "/data/my imagenet", "--out", "/data/bob's"]
@@ -43,6 +44,21 @@ def test_make_data_imagenet100_passes_the_roots_given_and_other_data_is_refused(
                              capture_output=True, text=True)
     assert refused.returncode != 0 and "make data builds the embedded default" in refused.stderr
     assert "DATA=imagenet is read where it lies" in refused.stderr
+
+
+def test_make_data_imagenet10_passes_its_own_root_and_names_the_subset():
+    import shlex
+
+    words = shlex.split(dry_run("data", "DATA=imagenet10", "IMAGENET_ROOT=/data/my imagenet",
+                                "IMAGENET10_ROOT=/data/in10", "IMAGENET100_ROOT=/data/in100"))
+    assert words[1:] == ["-m", "skipless.data.classification.imagenet_subset", "--subset", "imagenet10",
+                         "--imagenet-root", "/data/my imagenet", "--out", "/data/in10"]
+    assert "--out" not in dry_run("data", "DATA=imagenet10", "IMAGENET100_ROOT=/data/in100")  # not its folder
+    refused = subprocess.run(["make", "-n", "-s", "STAMP=", "PY=python", "data", "DATA=imagenet20"], cwd=ROOT,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "or ImageNet-10, Imagenette's classes (DATA=imagenet10" in refused.stderr
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "make data DATA=imagenet10 IMAGENET_ROOT=<ImageNet-1k> [IMAGENET10_ROOT=data/imagenet10]" in out
 
 
 def test_help_lists_the_recipes_and_the_default_choices():

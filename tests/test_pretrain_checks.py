@@ -106,8 +106,8 @@ def test_every_key_of_every_group_choice_has_a_rule_and_the_shipped_configs_pass
             with pytest.raises(ConfigError, match="^model.family must be vit: pretraining builds the suite's ViT"):
                 check_keys(cfg)
             continue
-        if data not in DATASETS:  # a classification dataset of make train: pretraining reads none
-            with pytest.raises(ConfigError, match=f"data.name must be one of default, imagenet, got '{data}'"):
+        if cfg.data.name not in DATASETS:  # a classification reader of make train: pretraining reads none
+            with pytest.raises(ConfigError, match=f"data.name must be one of default, imagenet, got '{cfg.data.name}'"):
                 check_keys(cfg)
             continue
         preset_init = OmegaConf.select(OmegaConf.load(CONFIG_DIR / "model" / f"{model}.yaml"), "model.init")

@@ -13,7 +13,7 @@ and real VOC share one code path; ``image_folder.py`` reads ImageNet-style folde
 - ``classification/``: labelled images for supervised training and the k-NN / linear evaluators
   (``imagenet.py``, ``cifar.py``, ``tiny_imagenet.py``, ``mnist.py`` with the IDX format in ``idx.py``,
   ``digits.py``) as a ``LabelledImages`` (``labelled.py``), listed by name in ``registry.py``; the
-  ImageNet-100 builder (``imagenet100.py``, ``make data DATA=imagenet100``);
+  builder of ImageNet subsets (``imagenet_subset.py``, ``make data DATA=imagenet100`` or ``DATA=imagenet10``);
 - ``generator/``: the embedded default (``synthetic.py``, ``scene_render.py``); fake datasets in the real
   layouts, for the pre-flight and the readers' tests (``fake_layouts.py``).
 
