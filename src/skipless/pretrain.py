@@ -103,7 +103,8 @@ def pretrain_trainer(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl
                                     random_backbone=partial(backbone_factory, cfg, 0.0), label=method.exported))
     if cfg.diagnostics.rank_images:
         split = "val" if cfg.data.name == "default" else "train"  # an image folder has one split
-        images = partial(diagnostic_images, cfg, method.view_size(cfg), int(cfg.diagnostics.rank_images), split)
+        images = partial(diagnostic_images, cfg, method.view_size(cfg), int(cfg.diagnostics.rank_images), split,
+                         spread=True)
         callbacks.append(RankMonitor(images, run_dir, every=cfg.train.knn_every_n_epochs,
                                      epochs=cfg.train.export_epochs))
     return build_trainer(plan, callbacks)

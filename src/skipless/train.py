@@ -25,6 +25,7 @@ from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
 from .training.closing_lines import closing_lines
 from .training.diagnostics_callbacks import diagnostics_callbacks
+from .training.data import evenly_spaced
 from .training.rank_monitor import RankMonitor
 from .training.collapse import SupervisedCollapse
 from .training.interrupt import fit, resume_message
@@ -96,12 +97,13 @@ def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
         train_set, val_set = labelled_splits(cfg)
         module = Supervised(cfg, train_set.num_classes, None if backbone is None else backbone())
         loaders = train_loader(cfg, train_set), val_loader(cfg, val_set)
-        def first_val_images(n: int) -> torch.Tensor:  # as validated
-            return torch.stack([val_set[i][0] for i in range(min(int(n), len(val_set)))])
+        def val_images(n: int, spread: bool = False) -> torch.Tensor:  # as validated
+            indices = evenly_spaced(n, len(val_set)) if spread else range(min(int(n), len(val_set)))
+            return torch.stack([val_set[i][0] for i in indices])
 
-        watch = diagnostics_callbacks(plan, lambda: first_val_images(cfg.diagnostics.images))
+        watch = diagnostics_callbacks(plan, lambda: val_images(cfg.diagnostics.images))
         if cfg.diagnostics.rank_images:  # seeds/002 Fig. 4b: the rank over training, beside the val accuracy
-            watch.append(RankMonitor(lambda: first_val_images(cfg.diagnostics.rank_images), run_dir,
+            watch.append(RankMonitor(lambda: val_images(cfg.diagnostics.rank_images, spread=True), run_dir,
                                      every=cfg.train.val_every_n_epochs, epochs=cfg.train.export_epochs))
         trainer = build_trainer(plan, [SupervisedCollapse(), *extra_callbacks, *watch],
                                 check_val_every_n_epoch=cfg.train.val_every_n_epochs,

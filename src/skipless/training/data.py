@@ -142,15 +142,24 @@ def centre_crop(size: int) -> Callable:
         transforms.CenterCrop(size), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
-def diagnostic_images(cfg: DictConfig, size: int, count: int, split: str = "train") -> torch.Tensor:
+def evenly_spaced(count: int, total: int) -> list[int]:
+    """``min(count, total)`` indices spread evenly over ``range(total)``, the first one 0: in an image folder sorted
+    by class (ImageNet's), every class gets its share where the first ``count`` images would be one or two classes."""
+    count = min(int(count), int(total))
+    return [i * total // count for i in range(count)]
+
+
+def diagnostic_images(cfg: DictConfig, size: int, count: int, split: str = "train", spread: bool = False) -> torch.Tensor:
     """(count, 3, S, S): fixed centre crops of ``size`` px (the method's view size) of the first pretraining images
-    (of ``split``: MAE's reconstructions show validation images),
-    the batch the diagnostics callbacks measure the student on at every call. An unreadable one is
-    passed over quietly: the training loader meets it too, and names and counts it once."""
+    (of ``split``: MAE's reconstructions show validation images), or with ``spread`` of ``count`` images evenly
+    spaced over the split (``evenly_spaced``: the effective rank, a statistic of the whole distribution), the
+    batch the diagnostics callbacks measure the student on at every call. An unreadable one is passed over
+    quietly: the training loader meets it too, and names and counts it once."""
     dataset = pretrain_dataset(cfg, transform=centre_crop(int(size)), split=split)
     if hasattr(dataset, "on_unreadable"):
         dataset.on_unreadable = lambda index, path, error: None
-    return torch.stack([dataset[i] for i in range(min(count, len(dataset)))])
+    indices = evenly_spaced(count, len(dataset)) if spread else range(min(count, len(dataset)))
+    return torch.stack([dataset[i] for i in indices])
 
 
 def knn_loaders(cfg: DictConfig, size: int) -> tuple[Callable, Callable, int] | None:
