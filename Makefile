@@ -81,7 +81,7 @@ help: ## list targets and variables
 	@echo "Variables of make pretrain (unset: the defaults of configs/pretrain.yaml, shown below):"
 	@echo "  SSL=$(call choices,ssl) (the self-supervised method: configs/ssl/, src/skipless/ssl/)"
 	@echo "  MODEL=$(call choices,model)   OPT=$(call choices,optim)"
-	@echo "  DATA=default|imagenet   DATA_ROOT=path to a real dataset (see data/README.md)"
+	@echo "  DATA=default|imagenet|imagenet10   DATA_ROOT=path to a real dataset (see data/README.md)"
 	@echo "  RECIPE=<scale> (configs/recipe/<method>-<scale>.yaml: the CPU demo or the paper's recipe):"
 	@echo "       dino $(call scales,dino), mae $(call scales,mae)"
 	@sed -n '/^defaults:/,/^$$/{/^$$/!p}' configs/pretrain.yaml | sed 's/^/    /'

@@ -115,7 +115,7 @@ def test_make_train_data_imagenet10_reads_the_subset_with_the_imagenet_reader(mo
     monkeypatch.delenv("IMAGENET10_ROOT", raising=False)
     cfg = load_config("train", ["data=imagenet10"])
     check_train_config(cfg)
-    assert (cfg.data.name, cfg.data.root) == ("imagenet", SUBSETS["imagenet10"].default_out)
+    assert (cfg.data.name, cfg.data.root) == ("imagenet10", SUBSETS["imagenet10"].default_out)
     monkeypatch.setenv("IMAGENET10_ROOT", "/data/imagenette2")  # an Imagenette download, or the built subset
     assert load_config("train", ["data=imagenet10"]).data.root == "/data/imagenette2"
 

@@ -35,7 +35,7 @@ from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ..world import accumulation_steps, batch_per_device_step, world_size
 
-DATASETS = ("default", "imagenet")
+DATASETS = ("default", "imagenet", "imagenet10")  # the ImageNet-style folders are read alike
 
 
 def pretrain_dataset(cfg: DictConfig, transform: Callable, split: str = "train") -> Dataset:

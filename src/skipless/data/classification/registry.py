@@ -49,6 +49,7 @@ READERS: dict[str, Callable[[Path, str, Any], LabelledImages]] = {
     "cifar100": lambda root, split, transform: read_cifar(CIFAR100, root, split, transform),
     "digits": read_digits,
     "imagenet": read_imagenet,
+    "imagenet10": read_imagenet,  # ImageNet-10 (imagenet_subset.py, Imagenette): the same layout, a name of its own
     "mnist": read_mnist,
     "tiny-imagenet": read_tiny_imagenet,
 }
