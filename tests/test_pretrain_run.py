@@ -233,9 +233,10 @@ def test_resume_may_name_its_folder_another_way(tmp_path):
     run = run_dir_of(saved)
     save_config(saved, run)
     again = load_config("pretrain", [f"run.root={tmp_path}/", f"run.name={run.name}", "run.resume=true",
-                                     "train.epochs=8"])
+                                     "train.epochs=8", "diagnostics.rank_images=64"])
     assert resume_changes(again, run) == {"run.name": (None, run.name), "run.root": (str(tmp_path), f"{tmp_path}/"),
-                                          "train.epochs": (4, 8)}
+                                          "train.epochs": (4, 8),  # the rank monitor observes, on a forked RNG
+                                          "diagnostics.rank_images": (256, 64)}
     # the tenth: train.global_batch (null -> 1024)
     with pytest.raises(ResumeMismatchError, match=r"choices.recipe: 'demo' -> 'paper'; .* and 10 more\)"):
         resume_changes(load_config("pretrain", [f"run.root={tmp_path}", "run.resume=true", "recipe=paper"]), run)

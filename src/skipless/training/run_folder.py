@@ -53,7 +53,7 @@ RESUMABLE = (
     # what the diagnostics callbacks measure and how often: they observe the run and never change it
     "diagnostics.every_n_epochs", "diagnostics.signals_every_n_steps", "diagnostics.layers", "diagnostics.images",
     "diagnostics.jacobian_images", "diagnostics.tol", "diagnostics.max_iter", "diagnostics.dtype",
-    "diagnostics.budget_s",
+    "diagnostics.budget_s", "diagnostics.rank_images",
 )
 RESUME_LOG = "resumes.jsonl"
 LOCK = "run.lock"  # run_lock.py
