@@ -11,20 +11,12 @@ it). N bounds the rank (``exp(rho) <= N``): 16 images cap it at 16, so the suite
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from ..models.features import extract_features, final_layer_norm
-from .effective_rank import covariance_eigenvalues, spectral_entropy
+from .effective_rank import rho_and_erank
 from .eval_mode import measuring
-
-
-def _rank(features: torch.Tensor) -> dict[str, float]:
-    eigenvalues = covariance_eigenvalues(features)
-    rho = spectral_entropy(eigenvalues) if bool(eigenvalues[0] > 0) else 0.0
-    return {"rho": rho, "erank": math.exp(rho) if bool(eigenvalues[0] > 0) else 0.0}
 
 
 def class_token_rank(model: nn.Module, images: torch.Tensor, batch_size: int = 64) -> dict[str, float]:
@@ -41,6 +33,6 @@ def class_token_rank(model: nn.Module, images: torch.Tensor, batch_size: int = 6
             tokens = extract_features(model, x, [last], ("out",))[("out", last)]
             pre.append(tokens[:, 0].float().cpu())
             post.append(norm(tokens)[:, 0].float().cpu())  # one pass: the final norm is per token
-    before, after = _rank(torch.cat(pre)), _rank(torch.cat(post))
+    before, after = rho_and_erank(torch.cat(pre)), rho_and_erank(torch.cat(post))
     return {"rho_pre_norm": before["rho"], "erank_pre_norm": before["erank"], "rho": after["rho"],
             "erank": after["erank"], "images": int(images.shape[0])}

@@ -47,7 +47,7 @@ from .condition_number import numerically_zero, zero_threshold
 from .eval_mode import measuring
 
 __all__ = ["EffectiveRankError", "sample_covariance", "covariance_eigenvalues", "spectral_entropy", "effective_rank",
-           "block_effective_ranks"]
+           "rho_and_erank", "block_effective_ranks"]
 
 
 class EffectiveRankError(SkiplessError, ValueError):
@@ -93,6 +93,16 @@ def effective_rank(features: torch.Tensor) -> float:
     the covariance is numerically zero (see the module docstring)."""
     eigenvalues = covariance_eigenvalues(features)
     return math.exp(spectral_entropy(eigenvalues)) if bool(eigenvalues[0] > 0) else 0.0
+
+
+def rho_and_erank(features: torch.Tensor) -> dict[str, float]:
+    """``{"rho", "erank"}`` of an (N, C) feature matrix: the paper's entropy (Eq. 6) and its exponential, both 0
+    when the covariance is numerically zero: what the rank monitor records (class tokens or pooled features)."""
+    eigenvalues = covariance_eigenvalues(features)
+    if not bool(eigenvalues[0] > 0):
+        return {"rho": 0.0, "erank": 0.0}
+    rho = spectral_entropy(eigenvalues)
+    return {"rho": rho, "erank": math.exp(rho)}
 
 
 def block_effective_ranks(model: nn.Module, images: torch.Tensor,

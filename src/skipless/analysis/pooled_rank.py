@@ -13,24 +13,12 @@ tokens (``class_token_rank``), so the rank monitor and the reports read either.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
 from ..models.timm_family import feature_blocks
-from .effective_rank import covariance_eigenvalues, spectral_entropy
+from .effective_rank import rho_and_erank
 from .eval_mode import measuring
-
-
-def rank_of(features: torch.Tensor) -> dict[str, float]:
-    """``{"rho", "erank"}`` of an (N, C) feature matrix: the entropy of Eq. 6 and its exponential (0 for both when
-    the covariance is numerically zero)."""
-    eigenvalues = covariance_eigenvalues(features)
-    if not bool(eigenvalues[0] > 0):
-        return {"rho": 0.0, "erank": 0.0}
-    rho = spectral_entropy(eigenvalues)
-    return {"rho": rho, "erank": math.exp(rho)}
 
 
 def spatial_mean(output: torch.Tensor) -> torch.Tensor:
@@ -70,5 +58,5 @@ def pooled_feature_rank(model: nn.Module, images: torch.Tensor, batch_size: int 
     """``{"rho", "erank", "images", "blocks": {"<i>": {"rho", "erank"}}}``: the effective rank of ``model``'s
     pooled features over ``images`` (N, 3, H, W), and of each block's averaged output (module docstring)."""
     pooled, per_block = pooled_features(model, images, batch_size)
-    return {**rank_of(pooled), "images": int(images.shape[0]),
-            "blocks": {str(i): rank_of(f) for i, f in enumerate(per_block)}}
+    return {**rho_and_erank(pooled), "images": int(images.shape[0]),
+            "blocks": {str(i): rho_and_erank(f) for i, f in enumerate(per_block)}}

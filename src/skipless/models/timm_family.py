@@ -90,15 +90,20 @@ class ShortcutGain(nn.Module):
         return x * self.gain
 
 
+def resnet_blocks(model: nn.Module) -> list[nn.Module]:
+    """A timm ResNet's residual blocks (``BasicBlock``, ``Bottleneck``) in forward order; [] for another model."""
+    from timm.models.resnet import BasicBlock, Bottleneck
+
+    return [m for m in model.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+
+
 def decay_shortcuts(model: nn.Module, timm_name: str, alpha_min: float, indexing: str) -> torch.Tensor:
     """seeds/002 Sec. 5.1: every residual block of a timm ResNet (``BasicBlock``, ``Bottleneck``) takes
     ``x_{l+1} = act(alpha_l s(x_l) + f(x_l))``, ``alpha_l`` from ``decay.block_gains`` over the blocks in forward
     order; ``s`` is the identity, or the stage's projection where the block changes size (its output scaled the
     same way: the seed does not single those out). timm's ``zero_init_last`` already zeroes each branch's last
     norm, the seed's zero-initialised branch outputs (Sec. 3.2). Returns the gains."""
-    from timm.models.resnet import BasicBlock, Bottleneck
-
-    blocks = [m for m in model.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+    blocks = resnet_blocks(model)
     if not blocks:
         raise TimmFamilyError(f"{timm_name} has no ResNet blocks whose shortcuts the suite can decay; expected "
                               "model.residual=skip, or a timm ResNet (model=resnet-decayed)")
@@ -126,9 +131,7 @@ def feature_blocks(model: nn.Module) -> list[nn.Module]:
     residual blocks (``BasicBlock``, ``Bottleneck``; seeds/002 Fig. 4 counts them, 8 in a ResNet-18), a model's
     own ``blocks`` sequence otherwise (ConvMixer's mixer layers). Raises ``TimmFamilyError`` for a model with
     neither (Swin, CaiT and PVT nest theirs in stages)."""
-    from timm.models.resnet import BasicBlock, Bottleneck
-
-    found = [m for m in model.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+    found = resnet_blocks(model)
     if found:
         return found
     blocks = getattr(model, "blocks", None)
