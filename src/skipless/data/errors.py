@@ -99,4 +99,5 @@ def missing_dataset(name: str, root: str | os.PathLike, layout: str, hint: str |
                                     f"see {README})")
     return DatasetNotFoundError(
         f"{name} not found at {os.fspath(root)!r}: expected {layout}; see {README} for how to "
-        "get and lay out each dataset (or set DATA_ROOT=).")
+        "get and lay out each dataset (or point the root its config reads at it: DATA_ROOT=, or the dataset's own "
+        "variable, IMAGENET100_ROOT= or IMAGENET10_ROOT=).")
