@@ -153,7 +153,7 @@ tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATA= LAYER= CKPT= ARG
 pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
 	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
 
-conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective rank per block: LAYER= CKPT= IMAGES= ARGS=
+conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective rank per block (a CNN: its blocks with and without the shortcut): LAYER= CKPT= IMAGES= ARGS=
 	$(PY) -m eval.conditioning $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
 
 knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATA= CKPT= ARGS=

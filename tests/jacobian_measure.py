@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from skipless.analysis.jacobians import _gram_matvec, _network, block_jacobian_conditions, network_jacobian_condition
+from skipless.analysis.jacobians import gram_matvec, _network, block_jacobian_conditions, network_jacobian_condition
 from skipless.models import create_vit
 from skipless.models.attention import use_explicit_attention
 
@@ -52,7 +52,7 @@ def model_and_image(residual: str, init: str, px: int):
 def product_seconds(model, image, dtype, repeats: int = 2) -> float:
     net, f, params, _ = _network(model, image, dtype)
     with use_explicit_attention(net):
-        matvec, dim = _gram_matvec(f, params)
+        matvec, dim = gram_matvec(f, params)
         v = torch.randn(dim, dtype=dtype)
         matvec(v)
         start = time.perf_counter()

@@ -93,7 +93,7 @@ def test_the_cls_settings_refuse_a_cnn_before_any_feature(tmp_path, monkeypatch,
     assert not (run / "eval").exists()
 
 
-@pytest.mark.parametrize("reader", ["probe", "tokencut", "pca", "conditioning"])
+@pytest.mark.parametrize("reader", ["probe", "tokencut", "pca"])  # conditioning reads CNN blocks (its own tests)
 def test_the_readers_of_vit_tokens_refuse_a_cnn_in_one_sentence(tmp_path, reader):
     import importlib
     _, run = _resnet(tmp_path / "runs" / "resnet")

@@ -41,10 +41,12 @@ from skipless.config_rules import Rule, boolean, integer, number, one_of, option
 from skipless.errors import exit_on_user_error
 from skipless.cpu_threads import set_cpu_threads
 from skipless.models import patch_grid
+from skipless.models.timm_family import family_of
 
 from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.output_dirs import backbones_to_evaluate
+from .conv_blocks import ConvConditioningError, check_conv_settings, run_conv
 from .spectrum import block_spectra, dense_block_jacobians, kappas, spectrum_figure
 from ..shared.report import compare_dir, markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
@@ -77,6 +79,9 @@ RULES = {
 PAPER_TABLE5_EPOCH20 = {"skip": "127", "skipless": "∞", "skipless + init": "195"}
 PAPER_TABLE6_EPOCH20 = {"skip": ["1.05", "1.49", "1.35", "1.04"], "skipless": ["∞"] * 4,
                         "skipless + init": ["10", "2.7", "7.5", "12.5"]}
+
+
+FAMILIES = ("vit", "timm")  # a ViT's sub-blocks (diagnose); a CNN's blocks (conv_blocks.py)
 
 
 def settings_of(cfg: DictConfig) -> DiagnosticSettings:
@@ -245,7 +250,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Measure every backbone of ``cfg.ckpt`` and write the report; returns the written paths and results."""
     device = check_settings(cfg)
     set_cpu_threads(cfg.cpu_threads, 0)  # the images are read or drawn in this process
-    specs = backbones_to_evaluate(cfg)
+    specs = backbones_to_evaluate(cfg, families=FAMILIES)
+    families = {family_of(s.args) for s in specs}
+    if len(families) > 1:
+        names = {f: ", ".join(s.name for s in specs if family_of(s.args) == f) for f in FAMILIES}
+        raise ConvConditioningError(
+            f"ckpt mixes ViT backbones ({names['vit']}) and CNN backbones ({names['timm']}), whose conditioning "
+            "measures differ (a ViT's sub-blocks, a CNN's blocks); expected one family per call")
+    if families == {"timm"}:
+        check_conv_settings(cfg)
+        models = [load_spec(spec, "cpu", seed=cfg.seed) for spec in specs]
+        return run_conv(cfg, specs, models, _load_images(cfg, 1, int(cfg.image_size)), device)
     images = _load_images(cfg, int(cfg.num_images), int(cfg.image_size))
     j_images = (_load_images(cfg, int(cfg.jacobian.images), int(cfg.jacobian.image_size))
                 if "jacobian" in cfg.measures else None)

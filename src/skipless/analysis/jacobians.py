@@ -45,6 +45,7 @@ from .sub_blocks import attention_branch, embed_tokens, has_finite_weights, mlp_
 __all__ = [
     "JacobianArgumentError", "JacobianTooLargeError", "network_jacobian_condition", "network_jacobian_dense",
     "sub_block_jacobian_condition", "sub_block_jacobian_dense", "block_jacobian_conditions", "check_dense_size",
+    "float_copy", "gram_matvec",
 ]
 
 BRANCHES = {"attn": attention_branch, "mlp": mlp_branch}
@@ -60,7 +61,8 @@ class JacobianTooLargeError(SkiplessError, ValueError):
     """A dense Jacobian that would not fit the allowed number of entries."""
 
 
-def _float_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+def float_copy(module: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A deep copy of ``module`` in ``dtype``, in eval mode, with no parameter requiring a gradient."""
     copied = copy.deepcopy(module).to(dtype).eval()
     for p in copied.parameters():
         p.requires_grad_(False)
@@ -91,7 +93,7 @@ def _load_jvp_decompositions_quietly() -> None:
         jvp(torch.sin, (torch.zeros(1),), (torch.ones(1),))
 
 
-def _gram_matvec(f: Callable, primal, shortcut: float = 0.0) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
+def gram_matvec(f: Callable, primal, shortcut: float = 0.0) -> tuple[Callable[[torch.Tensor], torch.Tensor], int]:
     """``v -> (A + g I)(A + g I)^T v`` for ``A = df/dprimal`` (``g I`` only when the input and output
     spaces coincide), and the output size."""
     _load_jvp_decompositions_quietly()
@@ -112,7 +114,7 @@ def _gram_matvec(f: Callable, primal, shortcut: float = 0.0) -> tuple[Callable[[
 
 def _network(model: nn.Module, images: torch.Tensor, dtype: torch.dtype):
     """The float copy, ``F(theta) = blocks(x0)`` and the blocks' parameters."""
-    net = _float_copy(model, dtype)
+    net = float_copy(model, dtype)
     with torch.no_grad():
         x0 = embed_tokens(net, _check_images(images).to(next(net.parameters()).device, dtype))
     params = {k: v.detach() for k, v in net.blocks.named_parameters()}
@@ -145,7 +147,7 @@ def network_jacobian_condition(
         if not bool(torch.isfinite(f(params)).all()):
             return infinite_condition(OVERFLOW, x0.numel())
     with use_explicit_attention(net):
-        matvec, dim = _gram_matvec(f, params)
+        matvec, dim = gram_matvec(f, params)
         return operator_condition(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
                                   device=x0.device, watch=watch)
 
@@ -169,7 +171,7 @@ def _branch(block: nn.Module, u: torch.Tensor, branch: str, dtype: torch.dtype):
         raise JacobianArgumentError(f"branch must be one of {', '.join(BRANCHES)}, got {branch!r}")
     if u.ndim != 3:
         raise JacobianArgumentError(f"expected normalised tokens of shape (1, n, d), got {tuple(u.shape)}")
-    blk = _float_copy(block, dtype)
+    blk = float_copy(block, dtype)
     return blk, BRANCHES[branch](blk), u.detach().to(next(blk.parameters()).device, dtype)
 
 
@@ -202,7 +204,7 @@ def sub_block_jacobian_condition(
         with torch.no_grad():
             if not (bool(torch.isfinite(u).all()) and bool(torch.isfinite(f(u)).all())):
                 return infinite_condition(OVERFLOW, u.numel())
-        matvec, dim = _gram_matvec(f, u, float(shortcut))
+        matvec, dim = gram_matvec(f, u, float(shortcut))
         return operator_condition(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
                                   device=u.device, watch=watch)
 
@@ -244,7 +246,7 @@ def block_jacobian_conditions(
     image = _check_images(image)
     if image.shape[0] != 1:
         raise JacobianArgumentError(f"expected one image, got a batch of {image.shape[0]}")
-    net = _float_copy(model, dtype)
+    net = float_copy(model, dtype)
     with torch.no_grad():
         x = embed_tokens(net, image.to(next(net.parameters()).device, dtype))
     if not has_finite_weights(net):

@@ -45,7 +45,7 @@ def tensorboard_name(name: str) -> str:
     return name
 
 
-def _drawn(name: str, value: float | Condition) -> tuple[str, float]:
+def drawn_value(name: str, value: float | Condition) -> tuple[str, float]:
     if isinstance(value, Condition) and not value.converged and math.isfinite(value.value):
         return f"{name}/{LOWER_BOUND}", float(value.value)
     v = float(value.value if isinstance(value, Condition) else value)
@@ -56,4 +56,4 @@ def tensorboard_values(d: Diagnosis) -> dict[str, float]:
     """The scalars of ``d`` as TensorBoard draws them (module docstring), under the names of
     ``diagnostics.named_values`` shortened by ``tensorboard_name`` (``kappa_JJt``, ``kappa_attn/block4``,
     ``emb_log_kappa_attn/block4``, ...), ``<name>/infinite`` or ``<name>/lower_bound``."""
-    return dict(_drawn(tensorboard_name(name), v) for name, v in named_values(d))
+    return dict(drawn_value(tensorboard_name(name), v) for name, v in named_values(d))

@@ -17,9 +17,10 @@ timm model.
 
 Only supervised training builds these (``supervised/classifier.py``); the backbone file they export says
 ``family: timm`` and loads strictly from its arguments (``backbone_from_args``, ``checkpoint.load_backbone``).
-k-NN, linear and t-SNE read its pooled feature (``model(x)``, timm's ``num_classes=0`` output) and the effective
-rank reads its blocks' pooled outputs (``feature_blocks``); the evaluators of ViT tokens, ``make finetune`` and
-pretraining refuse it in one sentence (``backbone_items.resolve_backbones``, the schemas).
+k-NN, linear and t-SNE read its pooled feature (``model(x)``, timm's ``num_classes=0`` output), the effective
+rank reads its blocks' pooled outputs and the conditioning their Jacobians (``feature_blocks``); the evaluators of
+ViT tokens, ``make finetune`` and pretraining refuse it in one sentence (``backbone_items.resolve_backbones``, the
+schemas).
 """
 from __future__ import annotations
 
@@ -109,11 +110,21 @@ def decay_shortcuts(model: nn.Module, timm_name: str, alpha_min: float, indexing
                               "model.residual=skip, or a timm ResNet (model=resnet-decayed)")
     gains = block_gains(len(blocks), alpha_min, indexing)
     for block, gain in zip(blocks, gains.tolist()):
+        block.shortcut_gain = gain  # read by shortcut_gain (the conditioning's table), not by the forward
         if block.downsample is None:
             block.downsample = ShortcutGain(gain)
         else:
             block.downsample.register_forward_hook(lambda module, args, out, g=gain: out * g)
     return gains
+
+
+def shortcut_gain(block: nn.Module) -> float:
+    """The factor on a feature block's shortcut (``feature_blocks``): a ResNet block's ``alpha_l`` (1 unless
+    ``decay_shortcuts`` set it), 1 for a ConvMixer layer with its ``Residual``, 0 without it (``WithoutSkip``)."""
+    first = block[0] if isinstance(block, nn.Sequential) and len(block) else None
+    if isinstance(first, WithoutSkip):
+        return 0.0
+    return float(getattr(block, "shortcut_gain", 1.0))
 
 
 def family_of(args: Mapping[str, Any]) -> str:
