@@ -16,7 +16,8 @@ against depth in ``<run>/eval/tb/conditioning``, and ``runs/compare/conditioning
 layouts, blocks x checkpoints) with ``runs/compare/conditioning.png`` (each quantity against depth,
 every checkpoint in one figure); with one backbone the table and figure go beside its JSON.
 Settings, backbones, blocks, image sizes and the dense check's size are all checked before any
-measurement starts.
+measurement starts. CNN backbones (a ResNet, a ConvMixer: ``model.family=timm``) get each block's Jacobian with
+and without its shortcut instead (``conv_blocks.py``); one call takes ViTs or CNNs, not both.
 """
 from __future__ import annotations
 
