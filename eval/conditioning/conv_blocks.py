@@ -33,8 +33,9 @@ from skipless.errors import SkiplessError
 from skipless.models.timm_family import feature_blocks
 
 from ..shared.backbones import BackboneSpec
-from ..shared.report import compare_dir, markdown_table, result_json, shown_args, write_text
+from ..shared.report import markdown_table, shown_args, write_text
 from ..shared.tb_events import event_writer
+from .outputs import report_folder, save_record
 
 MEASURED = "blocks"  # the one entry of conditioning.yaml's measures a CNN takes
 
@@ -171,13 +172,10 @@ def run_conv(cfg: DictConfig, specs: Sequence[BackboneSpec], models: Sequence[to
             record["dense"] = {str(i): {w: dense_condition(conv_block_jacobian_dense(
                 model, image.to(device), i, w, max_entries=int(cfg.dense_max_entries), dtype=dtype), gram=True).to_json()
                 for w in MAPS} for i in r}
-        spec.out_dir.mkdir(parents=True, exist_ok=True)
-        written["json"][spec.name] = write_text(spec.out_dir / "conditioning.json", result_json(record))
+        save_record(spec, record, written, start)
         write_tensorboard(r, spec.out_dir)
         results.append((spec.name, r))
-        written["results"][spec.name] = record
-        print(f"{spec.name}: done in {time.perf_counter() - start:.0f} s -> {written['json'][spec.name]}", flush=True)
-    folder = compare_dir(cfg.runs_root, cfg.out) if len(specs) > 1 else specs[0].out_dir
+    folder = report_folder(cfg, specs)
     report = table(results)
     written["table"] = write_text(folder / "conditioning.md", report)
     written["figure"] = figure(results, folder / "conditioning.png")

@@ -48,8 +48,9 @@ from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device
 from ..shared.output_dirs import backbones_to_evaluate
 from .conv_blocks import ConvConditioningError, check_conv_settings, run_conv
+from .outputs import report_folder, save_record
 from .spectrum import block_spectra, dense_block_jacobians, kappas, spectrum_figure
-from ..shared.report import compare_dir, markdown_table, result_json, shown_args, write_text
+from ..shared.report import markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
 from ..shared.square_images import load_images
 from ..shared.tb_events import event_writer
@@ -294,13 +295,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             record["spectrum"] = block_spectra(model, images.to(device), d.blocks, int(cfg.dense_max_entries))
             record["spectrum_kappa"] = kappas(record["spectrum"])  # exact sigma_max / sigma_min of each K + g I
             spectra[spec.name] = record["spectrum"]
-        spec.out_dir.mkdir(parents=True, exist_ok=True)
-        written["json"][spec.name] = write_text(spec.out_dir / "conditioning.json", result_json(record))
+        save_record(spec, record, written, start)
         write_tensorboard(d, spec.out_dir)
         results.append((spec.name, d))
-        written["results"][spec.name] = record
-        print(f"{spec.name}: done in {time.perf_counter() - start:.0f} s -> {written['json'][spec.name]}", flush=True)
-    folder = compare_dir(cfg.runs_root, cfg.out) if len(specs) > 1 else specs[0].out_dir
+    folder = report_folder(cfg, specs)
     report = tables(results)
     written["table"] = write_text(folder / "conditioning.md", report)
     written["figure"] = figure(results, folder / "conditioning.png")
