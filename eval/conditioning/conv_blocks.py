@@ -169,9 +169,12 @@ def run_conv(cfg: DictConfig, specs: Sequence[BackboneSpec], models: Sequence[to
                   "settings": OmegaConf.to_container(cfg, resolve=True),
                   "blocks": {str(i): c.to_json() for i, c in r.items()}}
         if cfg.dense_check:
-            record["dense"] = {str(i): {w: dense_condition(conv_block_jacobian_dense(
-                model, image.to(device), i, w, max_entries=int(cfg.dense_max_entries), dtype=dtype), gram=True).to_json()
-                for w in MAPS} for i in r}
+            record["dense"] = {}
+            for i in r:  # a dense Jacobian of a few thousand rows takes tens of seconds: one line per block
+                print(f"{spec.name}: dense check of block {i} ...", flush=True)
+                record["dense"][str(i)] = {w: dense_condition(conv_block_jacobian_dense(
+                    model, image.to(device), i, w, max_entries=int(cfg.dense_max_entries), dtype=dtype),
+                    gram=True).to_json() for w in MAPS}
         save_record(spec, record, written, start)
         write_tensorboard(r, spec.out_dir)
         results.append((spec.name, r))
