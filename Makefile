@@ -44,6 +44,12 @@ TB_HOST := $(if $(filter command line,$(origin HOST)),$(HOST),127.0.0.1)
 
 # Optional keys are passed only when set, so the YAML defaults stay in charge.
 opt = $(if $(strip $(2)),$(1)=$(strip $(2)))
+# RESUME=1|true|yes (continue), auto (continue if there is a checkpoint, else start), 0|false|no (a new run, also
+# under SLURM or torchrun, where run.resume left unset means auto: skipless/training/run_start.py)
+resume_arg = $(if $(filter-out 1 true yes auto 0 false no,$(RESUME)),$(error RESUME=$(RESUME) is not a choice; expected \
+  RESUME=1 (continue), RESUME=auto (continue if the run has a checkpoint, else start) or RESUME=0 (a new run)))$(if \
+  $(filter 1 true yes,$(RESUME)),run.resume=true,$(if $(filter auto,$(RESUME)),run.resume=auto,$(if \
+  $(filter 0 false no,$(RESUME)),run.resume=false)))
 # A path setting reaches the config parser as the very text typed, quotes and all (CKPT='"runs/my run" random',
 # OUT="/data/my results"): YAML single quotes, inside shell single quotes.
 popt = $(if $(strip $(2)),'$(subst ','\'',$(1)='$(subst ','',$(strip $(2)))')')
@@ -54,13 +60,13 @@ sq = '$(subst ','\'',$(strip $(1)))'
 DATA_NAME = $(or $(DATA),$(DATASET))
 PRETRAIN_ARGS = $(call opt,ssl,$(SSL)) $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
-  $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+  $(resume_arg) $(ARGS)
 TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
-  $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+  $(resume_arg) $(ARGS)
 FINETUNE_ARGS = $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) $(call opt,recipe,$(RECIPE)) \
   $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
-  $(if $(filter 1 true yes,$(RESUME)),run.resume=true) $(ARGS)
+  $(resume_arg) $(ARGS)
 # The ImageNet subsets make data links (imagenet_subset.py's SUBSETS; imagenet100 is its default) and the folder of
 # the one DATA= names: IMAGENET100_ROOT or IMAGENET10_ROOT.
 SUBSETS := imagenet100 imagenet10
@@ -90,6 +96,7 @@ help: ## list targets and variables
 	@echo "  RECIPE=$(call scales,supervised) (default: demo on DATA=default, osa-mnist on mnist and digits, else paper:"
 	@echo "       configs/train.yaml, the paper's Section 6.1 recipe)"
 	@echo "  GPUS=N NODES=M (DDP on N visible GPUs per node)   RESUME=1 (continue the run from its last checkpoint)"
+	@echo "       RESUME=auto (continue if it has a checkpoint, else start: the default under SLURM and torchrun) RESUME=0 (new)"
 	@echo "       the paper recipes keep their papers' global batch on any GPUS x NODES (train.global_batch: gradient"
 	@echo "       accumulation, stated in the run header); ARGS=\"model.grad_checkpointing=true\" trades compute for memory"
 	@echo "  DATA= of the evaluators (key dataset; DATASET= is its former name): default|voc|ade20k|cocostuff (probe) or"

@@ -44,7 +44,8 @@ from .experiment import EVAL_ENTRIES, FINETUNE, RUN_ENTRIES, Experiment, Experim
 from .quick import QUICK, quick_epochs, quick_overrides
 
 # Keys that say where a job writes or how it reports, not what it computes: left out of its identity.
-PLACE_KEYS = ("run.name", "run.root", "run.resume", "out", "runs_root", "progress")
+PLACE_KEYS = ("run.name", "run.root", "run.resume", "run.requeue", "train.checkpoint_every_minutes", "out",
+              "runs_root", "progress")
 REPO = Path(__file__).resolve().parents[1]
 
 

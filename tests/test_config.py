@@ -73,7 +73,7 @@ def test_resolved_config_is_written_and_reloadable(tmp_path):
 # (create_vit's defaults, the same values: test_null_model_keys_build_the_papers_values); and the new
 # model.pos_embed_interp is dino (before: timm's resample, the only one there was).
 DEMO = {
-    "run.name": None, "run.root": "runs", "run.seed": 0, "run.resume": False,
+    "run.name": None, "run.root": "runs", "run.seed": 0, "run.resume": None,
     "model.name": "skipless", "model.arch": "vit_tiny", "model.patch_size": 16, "model.depth": None,
     "model.residual": "skipless", "model.init": "cutskip", "model.init_args.alpha": None,
     "model.init_args.beta": None, "model.init_args.c": None, "model.init_args.center_mlp": True,

@@ -55,7 +55,8 @@ def test_an_interrupted_attempt_without_a_checkpoint_is_started_afresh_and_both_
     assert main([*args, "run.resume=true"]) == 1
     assert capsys.readouterr().err.strip() == (
         f"error: RESUME=1 but there is no checkpoint to resume at {run}/checkpoints/last.ckpt (one is written at "
-        f"each epoch end); run the same command without RESUME=1, which starts the run afresh (its files are kept "
+        f"each epoch end); run the same command without RESUME=1 (or with RESUME=auto), which starts the run afresh "
+        f"(its files are kept "
         f"in {run}/attempts/<n>/)")
     assert snapshot(run) == attempt
 
@@ -130,8 +131,8 @@ def test_a_stale_lock_is_said_and_taken_over_and_an_error_releases_the_lock(tmp_
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": gone.pid, "started": "2025-01-01 00:00:00"}))
     assert main(tiny(tmp_path, "model.global_pool=max3")) == 1  # an error after the lock was taken
     captured = capsys.readouterr()
-    assert (f"{lock} was left by pid {gone.pid} (started 2025-01-01 00:00:00), which no longer runs on this host; "
-            "this run takes the folder over") in captured.out
+    assert (f"{lock} was left by a run that is over (pid {gone.pid} no longer runs on this host; it started "
+            "2025-01-01 00:00:00); this run takes the folder over") in captured.out
     assert "unknown global_pool 'max3'" in captured.err
     assert list(run.iterdir()) == []  # released: the stale lock is gone with this run's
 

@@ -11,9 +11,18 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
+# The exit statuses of the entry points, which a job runner (``make paper``, a cluster script) reads:
+EXIT_ERROR = 1        # a SkiplessError: one sentence on stderr
+EXIT_BUSY = 73        # another run holds the run folder (sysexits' EX_CANTCREAT): that run is not this one's to mark
+EXIT_PREEMPTED = 75   # stopped by a signal after a checkpoint, to be continued (sysexits' EX_TEMPFAIL)
+EXIT_INTERRUPTED = 130  # Ctrl-C (the shell's status for SIGINT)
+
 
 class SkiplessError(Exception):
-    """A problem with the user's input, data or run that one sentence can explain."""
+    """A problem with the user's input, data or run that one sentence can explain. ``exit_status``: what an
+    entry point exits with when it ends on this error."""
+
+    exit_status = EXIT_ERROR
 
 
 class ModelArgumentError(SkiplessError, ValueError):

@@ -24,15 +24,16 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import ConfigError, load_config
-from .errors import SkiplessError, user_message
+from .errors import SkiplessError
 from .models.from_config import vit_from_config
 from .ssl import METHODS, Method, method_of
 from .summary import pretrain_header
 from .training.callbacks import KNNMonitor
 from .training.closing_lines import closing_lines
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
+from .training.loader_state import ResumableLoader
 from .training.diagnostics_callbacks import diagnostics_callbacks
-from .training.interrupt import fit, resume_message
+from .training.interrupt import fit, run_ended
 from .training.preflight import check_run_folder
 from .training.rank_monitor import RankMonitor
 from .training.run_lock import hold_run_folder
@@ -89,9 +90,10 @@ def check_config(cfg: DictConfig) -> tuple[Method, RunPlan]:
     return method, plan_run(cfg, run_dir)
 
 
-def pretrain_trainer(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = ()) -> pl.Trainer:
+def pretrain_trainer(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
+                     loader: ResumableLoader | None = None) -> pl.Trainer:
     """The shared trainer (``training/trainer.py``) with the method's own monitors (DINO: collapse), the
-    diagnostics and the k-NN monitor."""
+    diagnostics and the k-NN monitor; ``loader``: the training loader, whose position checkpoints keep."""
     cfg, run_dir = plan.cfg, plan.run_dir
     callbacks: list[pl.Callback] = [*method.callbacks(cfg), *extra_callbacks,
                                   *diagnostics_callbacks(plan, partial(diagnostic_images, cfg, method.view_size(cfg),
@@ -107,7 +109,7 @@ def pretrain_trainer(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl
                          spread=True)
         callbacks.append(RankMonitor(images, run_dir, every=cfg.train.knn_every_n_epochs,
                                      epochs=cfg.train.export_epochs))
-    return build_trainer(plan, callbacks)
+    return build_trainer(plan, callbacks, loader)
 
 
 def pretrain(cfg: DictConfig, extra_callbacks: Sequence[pl.Callback] = ()) -> tuple[pl.Trainer, pl.LightningModule]:
@@ -128,7 +130,7 @@ def run_pretraining(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.
         module = method.module(cfg, partial(backbone_factory, cfg))
         dataset = pretrain_dataset(cfg, method.transform(cfg))
         loader = pretrain_loader(cfg, dataset, method.collate)
-        trainer = pretrain_trainer(method, plan, extra_callbacks)
+        trainer = pretrain_trainer(method, plan, extra_callbacks, loader)
         if trainer.is_global_zero:
             record_start(cfg, run_dir, start)
         fit(trainer, module, loader, ckpt_path=start.ckpt_path)
@@ -146,12 +148,8 @@ def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callbac
         print(pretrain_header(cfg, run_dir, precision=plan.described_precision, method_lines=method.header(cfg)),
               flush=True)
         trainer, _ = run_pretraining(method, plan, extra_callbacks)
-    except SkiplessError as err:
-        print(f"error: {user_message(err)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"error: {resume_message(argv, run_dir)}", file=sys.stderr)
-        return 130
+    except (SkiplessError, KeyboardInterrupt) as err:
+        return run_ended(err, argv, run_dir)
     if not trainer.is_global_zero:
         return 0
     for line in closing_lines(trainer):

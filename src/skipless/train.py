@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import load_config
-from .errors import SkiplessError, user_message
+from .errors import SkiplessError
 from .summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr, threads_line
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
@@ -28,7 +28,7 @@ from .training.diagnostics_callbacks import diagnostics_callbacks
 from .training.data import evenly_spaced
 from .training.rank_monitor import RankMonitor
 from .training.collapse import SupervisedCollapse
-from .training.interrupt import fit, resume_message
+from .training.interrupt import fit, run_ended
 from .training.preflight import check_run_folder
 from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
@@ -105,7 +105,7 @@ def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
         if cfg.diagnostics.rank_images:  # seeds/002 Fig. 4b: the rank over training, beside the val accuracy
             watch.append(RankMonitor(lambda: val_images(cfg.diagnostics.rank_images, spread=True), run_dir,
                                      every=cfg.train.val_every_n_epochs, epochs=cfg.train.export_epochs))
-        trainer = build_trainer(plan, [SupervisedCollapse(), *extra_callbacks, *watch],
+        trainer = build_trainer(plan, [SupervisedCollapse(), *extra_callbacks, *watch], loaders[0],
                                 check_val_every_n_epoch=cfg.train.val_every_n_epochs,
                                 limit_val_batches=cfg.train.limit_val_batches)
         if trainer.is_global_zero:
@@ -124,12 +124,8 @@ def run_command(argv: list[str], target: str, plan_of: Callable[[list[str]], Run
         plan = plan_of(argv)
         run_dir = plan.run_dir
         trainer = train_plan(plan)
-    except SkiplessError as err:
-        print(f"error: {user_message(err)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"error: {resume_message(argv, run_dir, target=target)}", file=sys.stderr)
-        return 130
+    except (SkiplessError, KeyboardInterrupt) as err:
+        return run_ended(err, argv, run_dir, target)
     if trainer.is_global_zero:
         for line in closing_lines(trainer):
             print(line, flush=True)

@@ -15,8 +15,7 @@ from torch.utils.data import DataLoader
 
 from ..data.classification.registry import LabelledImages, classification_split
 from ..data.generator.synthetic import ensure_default
-from ..training.data import SkipTally, check_one_batch
-from ..world import batch_per_device_step
+from ..training.data import check_one_batch, training_loader
 from .augment import eval_transform, train_transform
 
 
@@ -39,8 +38,7 @@ def train_loader(cfg: DictConfig, dataset: LabelledImages) -> DataLoader:
     """Shuffled full batches of ``dataset`` (in a ``SkipTally``), each the images of one optimizer step per
     device (``training/data.py``); refuses a dataset with no full batch."""
     check_one_batch(cfg, len(dataset))
-    return DataLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=batch_per_device_step(cfg),
-                      shuffle=True, drop_last=True, **_workers(cfg))
+    return training_loader(cfg, dataset)
 
 
 def val_loader(cfg: DictConfig, dataset: LabelledImages) -> DataLoader:

@@ -19,6 +19,7 @@ from ..training.schema import POSITIVE_INT, UNIT, check_against
 _SHARED_SECTIONS = ("run.", "model.", "optim.", "diagnostics.", "data.root", "data.n_train", "data.n_val", "data.seed")
 _SHARED_TRAIN = ("epochs", "batch_size_per_device", "global_batch", "num_workers", "cpu_threads", "accelerator",
                  "devices", "num_nodes", "strategy", "precision", "log_every_n_steps", "compile", "keep_checkpoints",
+                 "checkpoint_every_minutes",
                  "export_epochs", "max_steps", "limit_train_batches")
 
 RULES: dict[str, Rule] = {k: r for k, r in pretrain_schema.RULES.items()

@@ -134,7 +134,10 @@ def discard(staged: list[tuple[Path, Path]]) -> None:
 
 class EpochCheckpoint(pl.Callback):
     """Writes ``<dir>/last.ckpt`` at every epoch end (and ``epoch<N>.ckpt`` when ``keep_all``), and with it
-    the backbone files of ``exports`` (``ExportBackbone``), which are put in place only after the checkpoint.
+    the backbone files of ``exports`` (``ExportBackbone``), which are put in place only after the checkpoint;
+    ``save_mid_epoch`` writes ``last.ckpt`` in the middle of an epoch (``preemption.py``: every
+    ``train.checkpoint_every_minutes`` and on a signal), without exports: ``backbone.pt`` stays the teacher of
+    the last finished epoch.
 
     Lightning's ``ModelCheckpoint`` only refreshes ``last.ckpt`` together with a top-k save; this
     states the rule plainly. Files are written atomically by ``AtomicCheckpointIO``; every rank
@@ -144,10 +147,13 @@ class EpochCheckpoint(pl.Callback):
 
     def __init__(self, dirpath: str | Path, keep_all: bool = False, exports: ExportBackbone | None = None) -> None:
         self.dirpath, self.keep_all, self.exports = Path(dirpath), keep_all, exports
-        self.good_epoch: int | None = None  # the epoch of the last checkpoint written (None: none yet)
+        self.good: str | None = None  # where the last checkpoint written stands ("epoch 3"; None: none yet)
+        self.exported_epoch: int | None = None  # the epoch backbone.pt holds
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.good_epoch = trainer.current_epoch if (self.dirpath / "last.ckpt").is_file() else None
+        if (self.dirpath / "last.ckpt").is_file():
+            self.good = f"step {trainer.global_step}"
+            self.exported_epoch = trainer.current_epoch
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         last, epoch = self.dirpath / "last.ckpt", trainer.current_epoch + 1
@@ -160,22 +166,34 @@ class EpochCheckpoint(pl.Callback):
                 raise
             for tmp, final in staged:  # renames: they need no space
                 os.replace(tmp, final)
-            self.good_epoch = epoch
+            self.good, self.exported_epoch = f"epoch {epoch}", epoch
             if self.keep_all and trainer.is_global_zero:  # a copy: the state is serialised only once
                 atomic_write(self.dirpath / f"epoch{epoch:03d}.ckpt", lambda tmp: shutil.copyfile(last, tmp),
                              needed=last.stat().st_size)
         except DiskFullError as err:  # the space free now, once the staged files are gone too
             err.free = shutil.disk_usage(err.path.parent).free if err.path else err.free
-            raise DiskFullError(self._disk_full(err, epoch), err.path, err.needed, err.free) from None
+            raise DiskFullError(self._disk_full(err, f"epoch {epoch}"), err.path, err.needed, err.free) from None
 
-    def _disk_full(self, err: DiskFullError, epoch: int) -> str:
-        what = f"could not write {err.path} of epoch {epoch} (it needs about {size_text(err.needed)}, " \
+    def save_mid_epoch(self, trainer: pl.Trainer) -> None:
+        """``last.ckpt`` now, in the middle of an epoch (every rank calls it; the class docstring)."""
+        where = f"step {trainer.global_step} (in epoch {trainer.current_epoch + 1})"
+        try:
+            trainer.save_checkpoint(self.dirpath / "last.ckpt", weights_only=False)
+        except DiskFullError as err:
+            raise DiskFullError(self._disk_full(err, where), err.path, err.needed, err.free) from None
+        self.good = where
+
+    def _disk_full(self, err: DiskFullError, where: str) -> str:
+        what = f"could not write {err.path} of {where} (it needs about {size_text(err.needed)}, " \
                f"{size_text(err.free)} is free there)"
-        if self.good_epoch is None:
+        if self.good is None:
             return (f"the disk is full: {what}; no checkpoint was written yet, so there is nothing to resume: free "
                     "space, then start the run again with the same command (this attempt's files move to attempts/)")
-        return (f"the disk is full: {what}; the last good checkpoint is {self.dirpath / 'last.ckpt'} of epoch "
-                f"{self.good_epoch}, and backbone.pt is of the same epoch: free space, then continue with RESUME=1")
+        exported = ("backbone.pt is of the same epoch" if self.good.startswith("epoch") else
+                    f"backbone.pt is of epoch {self.exported_epoch}, the last finished one" if self.exported_epoch
+                    else "no backbone.pt was exported yet")
+        return (f"the disk is full: {what}; the last good checkpoint is {self.dirpath / 'last.ckpt'} of "
+                f"{self.good}, and {exported}: free space, then continue with RESUME=1")
 
 
 class KNNMonitor(pl.Callback):
@@ -349,7 +367,8 @@ class RunSummary(pl.Callback):
         if trainer.is_global_zero:  # no collective here: another rank may be gone
             self._name_new(self._unreadable_so_far(trainer, collective=False))
             try:
-                self._write(trainer, "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed")
+                self._write(trainer, "interrupted" if isinstance(exception, KeyboardInterrupt)
+                            else getattr(exception, "summary_status", "failed"))  # preemption.RunPreempted: preempted
             except OSError:  # a full disk: the run's own error says so, and must not be hidden by this one
                 pass
 

@@ -34,6 +34,7 @@ from ..data.generator.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ..world import accumulation_steps, batch_per_device_step, world_size
+from .loader_state import ResumableLoader
 
 DATASETS = ("default", "imagenet", "imagenet10")  # the ImageNet-style folders are read alike
 
@@ -123,16 +124,19 @@ def check_one_batch(cfg: DictConfig, n_images: int) -> None:
                           f"expected at least {1 / steps:.3g} (or 1.0)")
 
 
-def pretrain_loader(cfg: DictConfig, dataset: Dataset, collate: Callable) -> DataLoader:
+def pretrain_loader(cfg: DictConfig, dataset: Dataset, collate: Callable) -> ResumableLoader:
     """The shuffled loader of ``dataset`` (wrapped in a ``SkipTally``), batched by the method's ``collate``
     in the images of one optimizer step per device (module docstring); refuses one with no full batch."""
     check_one_batch(cfg, len(dataset))
-    dataset = SkipTally(dataset, cfg.train.num_workers)
-    return DataLoader(dataset, batch_size=batch_per_device_step(cfg), shuffle=True, drop_last=True,
-                      num_workers=cfg.train.num_workers, collate_fn=collate,
-                      pin_memory=torch.cuda.is_available(),
-                      # fresh workers each epoch, seeded from the (checkpointed) RNG: exact resume
-                      persistent_workers=False)
+    return training_loader(cfg, dataset, collate)
+
+
+def training_loader(cfg: DictConfig, dataset: Dataset, collate: Callable | None = None) -> ResumableLoader:
+    """The loader every training method trains from: ``dataset`` in a ``SkipTally``, shuffled in full batches of
+    one optimizer step per device, resumable at any step (``loader_state.py``); fresh workers each epoch."""
+    return ResumableLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=batch_per_device_step(cfg),
+                           seed=int(cfg.run.seed), num_workers=int(cfg.train.num_workers), collate_fn=collate,
+                           pin_memory=torch.cuda.is_available())
 
 
 def centre_crop(size: int) -> Callable:

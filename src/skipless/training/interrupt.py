@@ -1,18 +1,27 @@
-"""Ctrl-C during a pretraining: stop, then say in one sentence how to resume.
+"""How a training run ends when it does not finish: Ctrl-C, a signal, an error, and the exit status of each.
 
 Lightning catches the first Ctrl-C inside ``trainer.fit`` (``trainer/call.py``,
 ``_call_and_handle_interrupt``): it calls the callbacks' ``on_exception``, tears the trainer down,
 ignores further Ctrl-C and ends with ``sys.exit(1)``. ``fit`` turns that exit back into the
 ``KeyboardInterrupt`` it was, so the entry point can print ``resume_message`` and exit with 130
 (the shell's status for SIGINT); a Ctrl-C outside the fit arrives as a plain ``KeyboardInterrupt``.
+
+``run_ended`` is the one ending of the entry points (``make pretrain``, ``make train``, ``make finetune``):
+a ``SkiplessError`` is one sentence and its ``exit_status``; a signal's ``RunPreempted`` (``preemption.py``)
+requeues the job where it should and says how the run goes on (status 75); Ctrl-C says how to resume.
 """
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 import lightning.pytorch as pl
+
+from ..errors import EXIT_INTERRUPTED, SkiplessError, user_message
+from .preemption import RunPreempted, after_preemption
+from .run_start import checkpoint_position
 
 
 def fit(trainer: pl.Trainer, module: pl.LightningModule, loader: Any, ckpt_path: str | None,
@@ -32,7 +41,7 @@ def resume_message(argv: Sequence[str], run_dir: Path | None, target: str = "pre
     quoted = f' ARGS="{" ".join(shlex.quote(a) for a in args)}"' if args else ""
     last = run_dir / "checkpoints" / "last.ckpt" if run_dir is not None else None
     if last is not None and last.is_file():
-        return (f"interrupted; resume from {last} (written at the last epoch end; later steps are redone) "
+        return (f"interrupted; resume from {last} ({written_at(last)}; later steps are redone) "
                 f"with: make {target} RESUME=1{quoted}")
     if run_dir is None or not run_dir.is_dir():
         return f"interrupted before the run started; start it again with: make {target}{quoted}"
@@ -41,3 +50,25 @@ def resume_message(argv: Sequence[str], run_dir: Path | None, target: str = "pre
     return (f"interrupted before any checkpoint was written in {run_dir} (one is written at each epoch end), so "
             f"there is nothing to resume; start again with: make {target}{quoted} (this attempt's files move to "
             f"{run_dir}/attempts/<n>/)")
+
+
+def written_at(last: Path) -> str:
+    """``written at the end of epoch 2, step 124`` (or mid-epoch) of a checkpoint, or less when it cannot be read."""
+    import torch
+
+    try:
+        return f"written at {checkpoint_position(torch.load(last, map_location='cpu', weights_only=False, mmap=True))}"
+    except Exception:  # the message must not fail: the resume will say what is wrong with the file
+        return "the last checkpoint written"
+
+
+def run_ended(err: BaseException, argv: Sequence[str], run_dir: Path | None, target: str = "pretrain") -> int:
+    """Say how the run ended on ``err`` (a ``SkiplessError`` or ``KeyboardInterrupt``) and return its exit status."""
+    if isinstance(err, RunPreempted):
+        print("\n" + "\n".join(after_preemption(err)), file=sys.stderr, flush=True)  # below the progress bar
+        return err.exit_status
+    if isinstance(err, SkiplessError):
+        print(f"error: {user_message(err)}", file=sys.stderr)
+        return err.exit_status
+    print(f"error: {resume_message(argv, run_dir, target=target)}", file=sys.stderr)
+    return EXIT_INTERRUPTED

@@ -13,7 +13,11 @@ which device runs), four notices a user can do nothing about:
 - ```torch.jit.script` is deprecated``: torch's forward-mode autodiff scripts its own decompositions
   on the first ``jvp`` (``torch/_decomp/decompositions_for_jvp.py``); the conditioning diagnostics
   silence it around that first call only (``analysis/jacobians.py``), so a user's own
-  ``torch.jit.script`` still warns.
+  ``torch.jit.script`` still warns;
+- ``You're resuming from a checkpoint that ended before the epoch ended and your dataloader is not
+  resumable``: Lightning looks for a ``state_dict`` on the loader itself, while the suite's loader keeps its
+  position through a callback (``loader_state.LoaderPosition``) and resumes exactly; ignored for that message
+  from Lightning's training epoch loop only.
 
 Every other warning and log line goes through unchanged.
 """
@@ -38,3 +42,5 @@ def silence_library_notices() -> None:
         logger.addFilter(_DropAdvertisements())
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
                             category=FutureWarning, module=r"lightning\.pytorch\.utilities\._pytree")
+    warnings.filterwarnings("ignore", message=r"You're resuming from a checkpoint that ended before the epoch ended",
+                            module=r"lightning\.pytorch\.loops\.training_epoch_loop")

@@ -43,6 +43,7 @@ from ..errors import SkiplessError
 # Keys a resume may change: how and how long the same run goes on, never what it trains.
 RESUMABLE = (
     "run.resume", "run.name", "run.root",  # the same folder either way: the saved config is read from it
+    "run.requeue", "train.checkpoint_every_minutes",  # how a run stops and saves, never what it trains
     "data.root",
     "train.epochs", "train.devices", "train.num_nodes", "train.accelerator", "train.strategy", "train.num_workers",
     "train.cpu_threads",  # the same computation on more or fewer threads
@@ -167,9 +168,11 @@ def resume_changes(cfg: DictConfig, run_dir: Path) -> dict[str, tuple[Any, Any]]
     return {k: v for k, v in changed.items() if k != "run.resume"}
 
 
-def record_resume(run_dir: Path, changes: dict[str, tuple[Any, Any]]) -> Path:
-    """Append one line to ``resumes.jsonl``: when the run was resumed and which allowed keys changed."""
+def record_resume(run_dir: Path, changes: dict[str, tuple[Any, Any]], said: str | None = None) -> Path:
+    """Append one line to ``resumes.jsonl``: when the run was resumed, which allowed keys changed, and what the
+    run's log said of it (``said``: who resumed it from which checkpoint, ``run_start.py``)."""
     path = run_dir / RESUME_LOG
-    entry = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "changed": {k: list(v) for k, v in changes.items()}}
+    entry = {"time": time.strftime("%Y-%m-%d %H:%M:%S"), "changed": {k: list(v) for k, v in changes.items()},
+             **({"said": said} if said else {})}
     before = path.read_text() if path.is_file() else ""
     return atomic_write(path, lambda tmp: Path(tmp).write_text(before + json.dumps(entry) + "\n"))

@@ -59,7 +59,8 @@ RULES: dict[str, Rule] = {
     "run.root": NAME,
     "run.seed": INT,
     "ssl": NAME,  # the method (configs/ssl/<name>.yaml); its section is checked by its Method's rules
-    "run.resume": BOOL,
+    "run.resume": optional(either(BOOL, one_of("auto"))),  # null: auto under a scheduler (run_start.py)
+    "run.requeue": either(one_of("auto"), Rule(lambda v: v is False, "false")),
     "model.name": NAME,
     # model groups of another family (configs/model/swin-s.yaml ...) set these; pretraining builds the suite's ViT
     "model.family": Rule(lambda v: v == "vit", "vit: pretraining builds the suite's ViT (model=swin-s, cait-s and "
@@ -127,6 +128,7 @@ RULES: dict[str, Rule] = {
     "train.knn_every_n_epochs": COUNT,
     "train.knn_k": POSITIVE_INT,
     "train.keep_checkpoints": BOOL,
+    "train.checkpoint_every_minutes": NON_NEGATIVE,
     "train.export_epochs": Rule(lambda v: isinstance(v, (list, tuple)) and all(is_int(e) for e in v),
                                 "a list of epochs, e.g. [200, 300] or []"),
     "train.max_steps": Rule(lambda v: is_int(v) and (v == -1 or v >= 1), "-1 (all epochs) or a positive integer"),

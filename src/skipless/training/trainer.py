@@ -1,9 +1,11 @@
 """The Lightning trainer every training entry point builds (DINO pretraining, supervised training).
 
 The callbacks that make a run safe come first and in this order: the divergence guard (a non-finite
-model is never exported nor checkpointed), the RNG state (exact resume), the epoch checkpoint with the
-backbone export (``backbone.pt`` put in place once ``last.ckpt`` of its epoch is written), the progress
-bar, the run summary; an entry point adds its own after them.
+model is never exported nor checkpointed), the RNG state and the loader's position (exact resume, at an
+epoch's end or in its middle: ``loader_state.py``), the epoch checkpoint with the backbone export
+(``backbone.pt`` put in place once ``last.ckpt`` of its epoch is written), the signals and timed checkpoints
+that stop or save a run mid-epoch (``preemption.py``), the progress bar, the run summary; an entry point adds
+its own after them.
 Precision, devices and strategy come from the run's plan (``run_plan.py``: the config, or the hardware when
 left on ``auto``; precision: ``training/precision.py``, which also keeps the optimizer step out of autocast);
 under DDP on GPUs every BatchNorm layer is a SyncBatchNorm (``run_plan.sync_batchnorm_of``).
@@ -19,7 +21,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, ProgressBar, RNGState, RunSummary
 from .checkpoint_io import AtomicCheckpointIO
 from .library_notices import silence_library_notices
+from .loader_state import LoaderPosition, ResumableLoader
 from .precision import LossScaleMonitor, plugin_for
+from .preemption import StopOnSignal
 from .run_plan import RunPlan
 
 class RunLogger(TensorBoardLogger):
@@ -38,17 +42,21 @@ def _batch_limit(limit: int | float) -> int | float | None:
     return None if isinstance(limit, float) and limit == 1.0 else limit
 
 
-def build_trainer(plan: RunPlan, callbacks: Sequence[pl.Callback] = (), **trainer_args: Any) -> pl.Trainer:
+def build_trainer(plan: RunPlan, callbacks: Sequence[pl.Callback] = (), loader: ResumableLoader | None = None,
+                  **trainer_args: Any) -> pl.Trainer:
     """A trainer for ``plan`` (``run_plan.RunPlan``), writing into its run folder (TensorBoard ``tb/``,
     ``checkpoints/last.ckpt``, ``backbone.pt``, ``summary.json``) with the shared callbacks, then ``callbacks``;
-    ``trainer_args`` add to or replace the Trainer arguments (e.g. validation settings)."""
+    ``loader``: the training loader, whose position every checkpoint keeps; ``trainer_args`` add to or replace
+    the Trainer arguments (e.g. validation settings)."""
     silence_library_notices()
     cfg, run_dir = plan.cfg, plan.run_dir
     shared: list[pl.Callback] = [
         DivergenceGuard(),
         RNGState(),
+        *([LoaderPosition(loader)] if loader is not None else []),
         EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints,
                         exports=ExportBackbone(run_dir, epochs=cfg.train.export_epochs)),
+        StopOnSignal(cfg.train.checkpoint_every_minutes, cfg.run.requeue),  # after EpochCheckpoint: its epoch end first
         ProgressBar(),
         RunSummary(run_dir, precision=plan.described_precision),
         LossScaleMonitor(),
