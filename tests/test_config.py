@@ -71,9 +71,11 @@ def test_resolved_config_is_written_and_reloadable(tmp_path):
 # set the model, dino, optim and train keys too), key by key. Changed since: train.export_every_n_epochs
 # (0) has become train.export_epochs ([]); choices name the recipe; init_args and alpha_min are null
 # (create_vit's defaults, the same values: test_null_model_keys_build_the_papers_values); and the new
-# model.pos_embed_interp is dino (before: timm's resample, the only one there was).
+# model.pos_embed_interp is dino (before: timm's resample, the only one there was); run.resume is null (auto
+# under a scheduler) and run.requeue, train.checkpoint_every_minutes (off in the demo) and
+# train.collective_timeout_minutes are new (issue 46).
 DEMO = {
-    "run.name": None, "run.root": "runs", "run.seed": 0, "run.resume": None,
+    "run.name": None, "run.root": "runs", "run.seed": 0, "run.resume": None, "run.requeue": "auto",
     "model.name": "skipless", "model.arch": "vit_tiny", "model.patch_size": 16, "model.depth": None,
     "model.residual": "skipless", "model.init": "cutskip", "model.init_args.alpha": None,
     "model.init_args.beta": None, "model.init_args.c": None, "model.init_args.center_mlp": True,
@@ -101,6 +103,7 @@ DEMO = {
     "train.log_every_n_steps": 10, "train.compile": False,  # issue 15: off by default
     "train.knn_every_n_epochs": 2, "train.knn_k": 20,
     "train.keep_checkpoints": False, "train.export_epochs": [], "train.max_steps": -1,
+    "train.checkpoint_every_minutes": 0, "train.collective_timeout_minutes": 30,  # issue 46
     "train.limit_train_batches": 1.0,
     # added with the conditioning diagnostics (issue 13): the demo measures at epochs 0, 2, 4
     "diagnostics.every_n_epochs": 2, "diagnostics.signals_every_n_steps": 10, "diagnostics.layers": "paper",

@@ -85,7 +85,11 @@ def test_the_trainer_gets_the_resolved_devices_and_sync_batchnorm_under_gpu_ddp(
                                                                                    overrides, devices, strategy, sync):
     _gpus(monkeypatch, gpus)
     args = _trainer_args(monkeypatch, tmp_path, *overrides)
-    assert (args["devices"], args["strategy"], args["sync_batchnorm"]) == (devices, strategy, sync)
+    chosen = args["strategy"] if isinstance(args["strategy"], str) else type(args["strategy"]).__name__
+    assert (args["devices"], chosen, args["sync_batchnorm"]) == (devices, {"ddp": "DDPStrategy"}.get(strategy, strategy),
+                                                                 sync)
+    if chosen == "DDPStrategy":  # with the key's timeout (tests/test_cluster_runs.py)
+        assert args["strategy"]._timeout.total_seconds() == 30 * 60
 
 
 def test_devices_auto_trains_on_the_cpu(tmp_path):

@@ -18,7 +18,7 @@ from ..training.schema import POSITIVE_INT, UNIT, check_against
 
 _SHARED_SECTIONS = ("run.", "model.", "optim.", "diagnostics.", "data.root", "data.n_train", "data.n_val", "data.seed")
 _SHARED_TRAIN = ("epochs", "batch_size_per_device", "global_batch", "num_workers", "cpu_threads", "accelerator",
-                 "devices", "num_nodes", "strategy", "precision", "log_every_n_steps", "compile", "keep_checkpoints",
+                 "devices", "num_nodes", "strategy", "collective_timeout_minutes", "precision", "log_every_n_steps", "compile", "keep_checkpoints",
                  "checkpoint_every_minutes",
                  "export_epochs", "max_steps", "limit_train_batches")
 
@@ -102,7 +102,7 @@ def _timm_family(v: dict[str, Any]) -> str | None:
 
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     pretrain_schema.warmup_within, pretrain_schema.exports_reached, pretrain_schema.implementation_exists,
-    pretrain_schema.diagnosed_blocks_exist,
+    pretrain_schema.diagnosed_blocks_exist, pretrain_schema.diagnostics_within_collective_timeout,
     _image_tiles, _mixup_pairs, _timm_family)
 
 

@@ -34,12 +34,18 @@ class DivergenceGuard(pl.Callback):
     in each module's ``training_step`` (``skipless/divergence.py`` states the rule)."""
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        raise_if_loss_diverged(pl_module)
-        bad = next((n for n, p in pl_module.named_parameters() if not torch.isfinite(p).all()), None)
-        if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
-            raise DivergenceError(divergence_message(pl_module.cfg, trainer.global_step,
-                                                     f"non-finite parameter {bad or 'on another rank'}",
-                                                     pl_module.base_lr(), Path(trainer.default_root_dir)))
+        raise_if_diverged(trainer, pl_module)
+
+
+def raise_if_diverged(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    """``DivergenceError`` when a loss since the last reading step or a parameter is non-finite on any rank: read
+    before every checkpoint (epoch ends, and mid-epoch ones: ``preemption.py``), by every rank together."""
+    raise_if_loss_diverged(pl_module)
+    bad = next((n for n, p in pl_module.named_parameters() if not torch.isfinite(p).all()), None)
+    if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
+        raise DivergenceError(divergence_message(pl_module.cfg, trainer.global_step,
+                                                 f"non-finite parameter {bad or 'on another rank'}",
+                                                 pl_module.base_lr(), Path(trainer.default_root_dir)))
 
 
 class RNGState(pl.Callback):

@@ -19,7 +19,8 @@ collapse). TensorBoard: ``watch/signals/<name>/block<l>``.
 
 Both measure a fixed batch (``training.data.diagnostic_images``), on rank 0 only, on a forked RNG:
 observing a run never changes the crops, dropout or resume of the run it observes. On several GPUs
-the other ranks wait at the next collective while rank 0 measures (minutes at most for ViT-S).
+the other ranks wait at the next collective while rank 0 measures, so under DDP each call has a budget
+(``budget_of``: at most half the collective timeout) and no rank's optional work can end the run.
 """
 from __future__ import annotations
 
@@ -136,6 +137,17 @@ class BlockSignals(pl.Callback):
         _log(trainer, metrics)
 
 
+def budget_of(plan: Any) -> float | None:
+    """Seconds each conditioning call may take: ``diagnostics.budget_s``; under DDP, where the other ranks wait
+    for rank 0's measurements in their next collective, null is half of ``train.collective_timeout_minutes``
+    (the schema refuses a budget above it: ``training/schema.py``), so no rank's optional work ends the run."""
+    cfg = plan.cfg
+    budget = None if cfg.diagnostics.budget_s is None else float(cfg.diagnostics.budget_s)
+    if plan.devices * plan.nodes > 1 and budget is None:
+        return float(cfg.train.collective_timeout_minutes) * 60 / 2
+    return budget
+
+
 def diagnostics_callbacks(plan: Any, images: Callable[[], torch.Tensor]) -> list[pl.Callback]:
     """The conditioning monitor and the per-block signals a run's ``diagnostics`` section asks for (0 turns each
     off), measuring the fixed batch ``images()`` (``training/run_plan.RunPlan``: its config and folder): the
@@ -149,8 +161,7 @@ def diagnostics_callbacks(plan: Any, images: Callable[[], torch.Tensor]) -> list
         measures = tuple(m for m in MEASURES if m != "jacobian" or d.jacobian_images)
         settings = DiagnosticSettings(layers=layers, measures=measures, jacobian_images=max(1, int(d.jacobian_images)),
                                       tol=float(d.tol), max_iter=int(d.max_iter), dtype=str(d.dtype),
-                                      seed=int(cfg.run.seed),
-                                      budget_s=None if d.budget_s is None else float(d.budget_s))
+                                      seed=int(cfg.run.seed), budget_s=budget_of(plan))
         found.append(ConditioningMonitor(images, settings, int(d.every_n_epochs), run_dir))
     if d.signals_every_n_steps:
         found.append(BlockSignals(images, int(d.signals_every_n_steps)))

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import lightning.pytorch as pl
 
 from ..errors import EXIT_INTERRUPTED, SkiplessError, user_message
-from .preemption import RunPreempted, after_preemption
+from .preemption import RunPreempted, StopOnSignal, after_preemption
 from .run_start import checkpoint_position
 
 
@@ -33,6 +33,10 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, loader: Any, ckpt_path:
         if trainer.interrupted:
             raise KeyboardInterrupt from None
         raise
+    finally:
+        for callback in trainer.callbacks:
+            if isinstance(callback, StopOnSignal):
+                callback.restore()  # the signals' handlers of before the run, also after an exception
 
 
 def resume_message(argv: Sequence[str], run_dir: Path | None, target: str = "pretrain") -> str:

@@ -6,7 +6,8 @@ A scheduler warns a job before it ends it. SLURM sends the job's ``--signal`` be
 ``StopOnSignal`` takes all three, in every process of the run:
 
 1. the step in progress finishes;
-2. ``last.ckpt`` is written atomically with everything a resume needs, also in the middle of an epoch
+2. ``last.ckpt`` is written atomically with everything a resume needs, also in the middle of an epoch, once
+   the divergence guard has read every rank's losses and parameters (nothing non-finite is ever saved)
    (weights, optimizer, schedules by step, EMA teacher, DINO's center, every rank's random state and the
    loader's position: ``loader_state.py``); at an epoch's last step the epoch's own checkpoint and exports
    are written instead (as always at an epoch's end), then the run stops;
@@ -40,7 +41,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from ..errors import EXIT_PREEMPTED, SkiplessError
-from .callbacks import EpochCheckpoint
+from .callbacks import EpochCheckpoint, raise_if_diverged
 from .scheduler import job_identity, requeue
 
 SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
@@ -73,6 +74,7 @@ class StopOnSignal(pl.Callback):
         self.received: int | None = None  # the first signal this process received
         self._previous: dict[int, Any] = {}
         self._last_save = time.monotonic()
+        self._stopping: RunPreempted | None = None
 
     # ---- the handlers -------------------------------------------------------------------------------------
     def _handler(self, signum: int, frame: Any) -> None:
@@ -97,6 +99,11 @@ class StopOnSignal(pl.Callback):
         self._last_save = time.monotonic()
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """Put back the handlers found before the fit. Also called after the fit ends on an exception
+        (``interrupt.fit``): Lightning then skips ``teardown`` and sets back the handlers it found, these."""
         if threading.current_thread() is threading.main_thread():
             for sig, previous in self._previous.items():
                 signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
@@ -124,17 +131,23 @@ class StopOnSignal(pl.Callback):
             return  # the epoch's end writes its checkpoint and exports, then on_train_epoch_end decides
         stop, due = self._decide(trainer, every_step=False)
         if stop or due:
+            raise_if_diverged(trainer, pl_module)  # nothing non-finite is ever checkpointed (divergence.py)
             self._writer(trainer).save_mid_epoch(trainer)
             self._last_save = time.monotonic()
-        if stop:
-            raise self._preempted(trainer, mid_epoch=True)
+        if stop:  # raised at the next step's start, so that every callback has seen this step's end
+            self._stopping = self._preempted(trainer, mid_epoch=True)
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self._stopping is not None:
+            raise self._stopping
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._last_save = time.monotonic()  # EpochCheckpoint, before this callback, has just written last.ckpt
         stop, _ = self._decide(trainer, every_step=True)
         done = trainer.current_epoch + 1 >= trainer.max_epochs or 0 < trainer.max_steps <= trainer.global_step
-        if stop and not done:
-            raise self._preempted(trainer, mid_epoch=False)
+        if stop and not done:  # raised at the next step's start: the epoch's other end-of-epoch work runs first
+            self._stopping = self._preempted(trainer, mid_epoch=False)
 
     # ---- the end ------------------------------------------------------------------------------------------
     @staticmethod

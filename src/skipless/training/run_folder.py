@@ -46,6 +46,7 @@ RESUMABLE = (
     "run.requeue", "train.checkpoint_every_minutes",  # how a run stops and saves, never what it trains
     "data.root",
     "train.epochs", "train.devices", "train.num_nodes", "train.accelerator", "train.strategy", "train.num_workers",
+    "train.collective_timeout_minutes",
     "train.cpu_threads",  # the same computation on more or fewer threads
     "train.log_every_n_steps", "train.knn_every_n_epochs", "train.knn_k", "train.keep_checkpoints",
     "train.export_epochs", "train.max_steps", "train.limit_train_batches",

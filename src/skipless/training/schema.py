@@ -24,6 +24,7 @@ from ..config import ConfigError, leaf_values
 from ..config_rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
 from ..models.vit import ARCHS
 from ..optim import IMPLEMENTATIONS, OPTIMIZERS
+from ..world import world_size
 from .data import DATASETS
 
 # bf16-true / 16-true are not offered: they keep the weights, the optimizer state and DINO's EMA teacher in
@@ -120,6 +121,7 @@ RULES: dict[str, Rule] = {
     "train.devices": WORLD,
     "train.num_nodes": POSITIVE_INT,
     "train.strategy": NAME,
+    "train.collective_timeout_minutes": POSITIVE,
     "train.precision": Rule(lambda v: v in PRECISIONS,
                             f"one of {', '.join(PRECISIONS)} (16-bit weights, as bf16-true and 16-true keep them, "
                             "lose the EMA teacher's updates to rounding: use bf16-mixed or 16-mixed)"),
@@ -218,8 +220,22 @@ def implementation_exists(v: dict[str, Any]) -> str | None:
     return None
 
 
+def diagnostics_within_collective_timeout(v: dict[str, Any]) -> str | None:
+    """Under DDP the other ranks wait for rank 0's diagnostics in their next collective, which fails after
+    ``train.collective_timeout_minutes``: a budget of more than half of it is refused (null takes half)."""
+    budget, timeout = v.get("diagnostics.budget_s"), float(v["train.collective_timeout_minutes"]) * 60
+    world = world_size({"train": {k: v[f"train.{k}"] for k in ("accelerator", "devices", "num_nodes")}})
+    if world > 1 and budget is not None and budget > timeout / 2:
+        return (f"diagnostics.budget_s={budget:g} is more than half of train.collective_timeout_minutes="
+                f"{v['train.collective_timeout_minutes']:g} ({timeout:g} s), and under DDP the ranks other than 0 "
+                f"wait for rank 0's diagnostics in a collective that fails at that timeout; expected at most "
+                f"{timeout / 2:g} (or null, which takes half), or a longer train.collective_timeout_minutes")
+    return None
+
+
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
-    warmup_within, exports_reached, diagnosed_blocks_exist, implementation_exists)
+    warmup_within, exports_reached, diagnosed_blocks_exist, implementation_exists,
+    diagnostics_within_collective_timeout)
 
 
 def check_against(cfg: DictConfig, rules: dict[str, Rule],

@@ -12,11 +12,13 @@ under DDP on GPUs every BatchNorm layer is a SyncBatchNorm (``run_plan.sync_batc
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
 import lightning.pytorch as pl
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.strategies import DDPStrategy
 
 from .callbacks import DivergenceGuard, EpochCheckpoint, ExportBackbone, ProgressBar, RNGState, RunSummary
 from .checkpoint_io import AtomicCheckpointIO
@@ -40,6 +42,14 @@ def _batch_limit(limit: int | float) -> int | float | None:
     """None (Lightning's "not set") for the float 1.0, all batches, which Lightning otherwise says back in
     a line; the int 1 (one batch) and every other value unchanged."""
     return None if isinstance(limit, float) and limit == 1.0 else limit
+
+
+def strategy_of_plan(plan: RunPlan) -> str | DDPStrategy:
+    """The plan's strategy; DDP with ``train.collective_timeout_minutes`` as the time a rank waits in a collective
+    for the others (Lightning's own default, 30 minutes, has no key)."""
+    if plan.strategy != "ddp":
+        return plan.strategy
+    return DDPStrategy(timeout=timedelta(minutes=float(plan.cfg.train.collective_timeout_minutes)))
 
 
 def build_trainer(plan: RunPlan, callbacks: Sequence[pl.Callback] = (), loader: ResumableLoader | None = None,
@@ -66,7 +76,7 @@ def build_trainer(plan: RunPlan, callbacks: Sequence[pl.Callback] = (), loader: 
         accelerator=cfg.train.accelerator,
         devices=plan.devices,
         num_nodes=plan.nodes,
-        strategy=plan.strategy,
+        strategy=strategy_of_plan(plan),
         sync_batchnorm=plan.sync_batchnorm,
         max_epochs=cfg.train.epochs,
         max_steps=cfg.train.max_steps,

@@ -287,6 +287,16 @@ class DINOCollapse(CollapseMonitor):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._sum, self._count = None, 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """The verdict and the window read so far, so that a run resumed mid-epoch reads its windows where an
+        uninterrupted one would (rank 0's, which the checkpoint holds and every rank takes back)."""
+        window = None if self._sum is None else self._sum.detach().cpu()
+        return {**super().state_dict(), "window_sum": window, "window_count": self._count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self._sum, self._count = state.get("window_sum"), int(state.get("window_count", 0))
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         metrics = trainer.callback_metrics
@@ -295,7 +305,7 @@ class DINOCollapse(CollapseMonitor):
             raise KeyError(f"the collapse monitor reads {missing} from the DINO module's logs; "
                            "the training step no longer logs them")
         values = torch.stack([metrics[ENTROPY_KEY].detach().float(), metrics[KL_KEY].detach().float()])
-        self._sum = values if self._sum is None else self._sum + values
+        self._sum = values if self._sum is None else self._sum.to(values.device) + values
         self._count += 1
         last_of_epoch = batch_idx + 1 >= trainer.num_training_batches
         last_step = 0 < trainer.max_steps <= trainer.global_step

@@ -1,0 +1,99 @@
+"""The resumable training loader (``training/loader_state.py``): its order is RandomSampler's on one process and
+DistributedSampler's on several, and an epoch cut after any batch and resumed from ``position()`` gives the rest of
+the batches an uninterrupted epoch gives, with the same random draws, with and without workers, without moving
+the main process's generators."""
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset, DistributedSampler, RandomSampler
+
+from skipless.training import loader_state
+from skipless.training.loader_state import EpochOrder, LoaderPosition, ResumableLoader, Resume, Streams
+
+
+class Draws(Dataset):
+    """Each item: its index and one draw of torch's, NumPy's and Python's generators, as an augmentation makes."""
+
+    def __len__(self) -> int:
+        return 20
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index, float(torch.rand(())), np.random.rand(), random.random()], dtype=torch.float64)
+
+
+def epoch(loader, stop: int | None = None) -> list[torch.Tensor]:
+    batches = []
+    for batch in loader:
+        batches.append(batch)
+        if stop is not None and len(batches) == stop:
+            break
+    return batches
+
+
+def test_one_process_order_is_random_samplers_and_several_processes_distributed_samplers(monkeypatch):
+    data = list(range(11))
+    torch.manual_seed(3)
+    expected = list(RandomSampler(data))
+    torch.manual_seed(3)
+    assert list(EpochOrder(len(data), seed=0)) == expected
+    for rank in (0, 1, 2):
+        monkeypatch.setattr(loader_state, "rank_and_world", lambda rank=rank: (rank, 3))
+        theirs = DistributedSampler(data, num_replicas=3, rank=rank, shuffle=True, seed=5)
+        ours = EpochOrder(len(data), seed=5)
+        for e in (0, 4):
+            theirs.set_epoch(e)
+            ours.set_epoch(e)
+            assert list(ours) == list(theirs) and len(ours) == len(theirs)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("cut", [1, 3])
+def test_an_epoch_resumed_after_any_batch_gives_the_rest_of_the_uninterrupted_epoch(workers, cut):
+    def loader():
+        return ResumableLoader(Draws(), batch_size=3, seed=0, num_workers=workers)
+
+    torch.manual_seed(0)
+    straight = epoch(loader())
+    assert len(straight) == 6  # 20 images in full batches of 3: drop_last
+    torch.manual_seed(0)
+    first = loader()
+    head = epoch(first, stop=cut)
+    saved = first.position(cut)
+    resumed = loader()
+    resumed.resume(Resume(saved["epoch"], cut, saved["epoch_seed"], [Streams.from_saved(s) for s in saved["slots"]]))
+    torch.manual_seed(123)  # the resumed process's generator is the checkpoint's, whatever it was: ...
+    before = torch.get_rng_state()
+    tail = epoch(resumed)
+    assert torch.equal(torch.get_rng_state(), before)  # ... and the resumed iterator did not move it
+    for got, want in zip(head + tail, straight, strict=True):
+        assert torch.equal(got, want)
+    assert len({round(float(b[0, 1]), 12) for b in straight}) == 6  # the draws differ batch to batch: a real test
+
+
+def test_without_workers_the_datas_draws_are_kept_apart_from_the_models():
+    def batches(model_draws: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        found = []
+        for batch in ResumableLoader(Draws(), batch_size=4, seed=0):
+            found.append(batch)
+            if model_draws:  # dropout, MAE's masks: draws of the training process between two batches
+                torch.rand(7), np.random.rand(3), random.random()
+        return found
+
+    for a, b in zip(batches(False), batches(True), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_resume_with_other_workers_says_the_streams_are_fresh_and_an_epoch_end_starts_the_next(capsys):
+    loader = ResumableLoader(Draws(), batch_size=3, seed=0, num_workers=0)
+    epoch(loader, stop=2)
+    state = {"batches_done": 2, "batches_total": 6, "ranks": [loader.position(2)]}
+    other = ResumableLoader(Draws(), batch_size=3, seed=0, num_workers=2)
+    LoaderPosition(other).load_state_dict(state)
+    assert "train.num_workers is 2 and the checkpoint's epoch ran with 0" in capsys.readouterr().out
+    assert len(epoch(other)) == 4 and other.sampler.epoch == 0  # the rest of the epoch, from fresh streams
+    ended = ResumableLoader(Draws(), batch_size=3, seed=0)
+    LoaderPosition(ended).load_state_dict({**state, "batches_done": 6})
+    assert ended.sampler.epoch == 1 and ended.sampler.skip == 0  # written at the epoch's end: the next epoch
