@@ -194,3 +194,35 @@ def test_ddp_waits_train_collective_timeout_minutes_and_rank_0s_diagnostics_take
                                           r"train\.collective_timeout_minutes=30 \(1800 s\).*expected at most 900"):
         plan("train.devices=2", "diagnostics.budget_s=1000")
     plan("train.devices=1", "diagnostics.budget_s=1000")  # one process: any budget
+
+
+MAE = ["ssl=mae", "model=decayed", "model.arch=vit_tiny", "model.depth=1", "model.img_size=32", "mae.input_size=32",
+       "mae.decoder.dim=32", "mae.decoder.depth=1", "mae.decoder.heads=2", "mae.reconstructions_every_n_epochs=1",
+       "mae.reconstruction_images=2", "train.batch_size_per_device=4", "train.knn_every_n_epochs=0",
+       "optim.warmup_epochs=1", "diagnostics.every_n_epochs=0", "diagnostics.signals_every_n_steps=0",
+       "diagnostics.rank_images=0", "train.precision=32-true"]
+
+
+@pytest.mark.parametrize("entry", ["mae", "train"])
+def test_mae_and_supervised_runs_resume_mid_epoch_with_the_straight_losses(tmp_path, monkeypatch, entry):
+    """MAE draws its masks on the training process's generator and the classifier its mixup on NumPy's: both
+    come back with ``RNGState``, the images with the loader's position."""
+    from skipless import pretrain, train
+    from tiny_runs import SUP_TINY
+
+    fake_slurm(tmp_path, monkeypatch, job=None)
+    base = MAE if entry == "mae" else SUP_TINY
+    args = [*base, "data.n_train=24", "train.epochs=2", "train.num_workers=1", "train.log_every_n_steps=1",
+            f"data.root={tmp_path / 'data'}", f"run.root={tmp_path / 'runs'}"]
+    run_main = pretrain.main if entry == "mae" else train.main
+
+    def losses(*extra, callbacks=()):
+        recorder = Losses()
+        return run_main([*args, *extra], extra_callbacks=[recorder, *callbacks]), recorder.values
+
+    code, straight = losses("run.name=straight")
+    assert code == 0 and len(straight) == 12
+    code, first = losses("run.name=r", callbacks=[SignalAt(8, signal.SIGUSR1)])
+    assert code == EXIT_PREEMPTED and len(first) == 9
+    code, second = losses("run.name=r", "run.resume=true")
+    assert code == 0 and first + second == straight

@@ -100,18 +100,18 @@ class EpochOrder(DistributedSampler):
 
 
 class Streams(NamedTuple):
-    """The states of torch's CPU generator, NumPy's and Python's, as plain picklable values."""
+    """The states of torch's CPU generator (a uint8 tensor, a copy), NumPy's and Python's."""
 
-    torch_state: bytes
+    torch_state: torch.Tensor
     numpy_state: tuple
     python_state: tuple
 
     @classmethod
     def now(cls) -> "Streams":
-        return cls(torch.get_rng_state().numpy().tobytes(), np.random.get_state(), random.getstate())
+        return cls(torch.get_rng_state(), np.random.get_state(), random.getstate())
 
     def restore(self) -> None:
-        torch.set_rng_state(torch.frombuffer(bytearray(self.torch_state), dtype=torch.uint8))
+        torch.set_rng_state(self.torch_state)
         np.random.set_state(self.numpy_state)
         random.setstate(self.python_state)
 
@@ -119,14 +119,14 @@ class Streams(NamedTuple):
         """As a checkpoint holds it: tensors, ints, floats, strings and tuples only (Lightning may read
         checkpoints with ``weights_only=True``)."""
         name, keys, pos, has_gauss, cached = self.numpy_state
-        return (torch.frombuffer(bytearray(self.torch_state), dtype=torch.uint8),
+        return (self.torch_state,
                 (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
                 self.python_state)
 
     @classmethod
     def from_saved(cls, saved: tuple) -> "Streams":
         torch_state, (name, keys, pos, has_gauss, cached), python_state = saved
-        return cls(torch_state.numpy().tobytes(), (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached),
+        return cls(torch_state, (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached),
                    tuple(python_state[:1]) + (tuple(python_state[1]),) + tuple(python_state[2:]))
 
 
