@@ -190,7 +190,7 @@ def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_
     cfg = load_config("train", [*(o for o in TINY if not o.startswith("data.")), "data=imagenet", f"data.root={root}", f"run.root={tmp_path / 'runs'}",
                                 "train.epochs=1", "recipe=demo", "aug.image_size=32"])
     train(cfg)
-    assert f"each counted and named once:\n  {bad}\n" in capsys.readouterr().out
+    assert f"each counted and named once:\n  {bad} (truncated or corrupt)\n" in capsys.readouterr().out
     summary = json.loads((run_dir_of(cfg) / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["skipped_images"] == 1 and summary["steps"] == 2
     assert summary["skipped_files"] == [str(bad)]

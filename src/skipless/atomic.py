@@ -5,7 +5,13 @@ under umask 022, 0664 under 002, as a shared cluster group expects): ``tempfile.
 0600 whatever the umask, and the rename would keep that.
 
 An interrupted write (crash, pre-emption, full disk) leaves the previous file intact, never a
-truncated one. A write that fails because its disk is full raises ``DiskFullError``, one sentence
+truncated one. The temporary file is flushed to its disk (``fsync``) before the rename, and the folder
+after it, so that a machine that loses power just after a write finds the new file whole or the old
+one, never a renamed file whose blocks were not written yet (a file system with delayed allocation may
+commit the rename before the data); a file system that cannot flush a folder (some network ones)
+fails nothing by it. A write killed outright leaves its temporary file behind,
+``.<name>.<8 random characters>.tmp`` (``TEMPORARY``), which the next run in the folder removes
+(``training/stale_files.py``). A write that fails because its disk is full raises ``DiskFullError``, one sentence
 with the space the file needs, instead of the chained C++ stream errors ``torch.save`` gives
 (``basic_ios::clear: iostream error``, then ``inline_container.cc ... unexpected pos``, no errno): a
 failed write is taken for a full disk when an ``OSError`` of its chain says so (``ENOSPC``,
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -27,6 +34,9 @@ from .errors import SkiplessError
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _SLACK = 1 << 20  # a disk with less than this left counts as full when a write fails on it
+# The names atomic_write's temporary files have: mkstemp's prefix and suffix around CPython's 8 random
+# characters (tempfile._RandomNameSequence: a-z, 0-9 and _).
+TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
 
 
 class DiskFullError(SkiplessError, OSError):
@@ -71,6 +81,30 @@ def umask() -> int:
     return mask
 
 
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush the written blocks of the file at ``path`` to its disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """Flush ``folder``'s entries (a rename into it) to its disk; best effort: a file system that refuses to
+    open or flush a folder (``EINVAL``, ``EBADF``, ``EACCES``...) leaves the rename to its own schedule."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None], needed: int = 0) -> Path:
     """Call ``write(tmp_path)`` then move the result onto ``path`` atomically; ``needed`` (bytes, an
     estimate) helps tell a full disk and says how much the file needs (else the size of the file it replaces)."""
@@ -82,7 +116,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None], needed: 
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~umask())
+        fsync_file(tmp)  # a full disk may say so only here (delayed allocation, NFS): the except below tells it
         os.replace(tmp, path)
+        fsync_folder(path.parent)
         return path
     except Exception as err:
         needed = max(needed, path.stat().st_size if path.is_file() else 0)

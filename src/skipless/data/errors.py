@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ..errors import SkiplessError
 
@@ -37,33 +37,6 @@ def warn_unreadable(path: object, error: Exception) -> None:
     line, which printed every file twice)."""
     warnings.warn(f"skipping unreadable image {path} ({type(error).__name__}: {error})", CorruptImageWarning,
                   stacklevel=5)
-
-
-class UnreadableSkips:
-    """What a reader that skips unreadable images keeps, and how it says so.
-
-    Attributes:
-        skipped: how many reads failed in this process (each worker process counts its own).
-        on_unreadable: None, or ``f(index, path, error)``, called instead of the warning the first time
-            this process meets an unreadable file (a training loader's ``SkipTally`` sets it, to say
-            each file once over every worker and rank).
-    """
-
-    def _start_skips(self) -> None:
-        self.skipped = 0
-        self.on_unreadable: Callable[[int, object, Exception], None] | None = None
-        self._reported: set[int] = set()
-
-    def _skip(self, index: int, path: object, error: Exception) -> None:
-        """Count a failed read of the file ``path`` (sample ``index``) and say it, once per process."""
-        self.skipped += 1
-        if index in self._reported:
-            return
-        self._reported.add(index)
-        if self.on_unreadable is not None:
-            self.on_unreadable(index, path, error)
-        else:
-            warn_unreadable(path, error)
 
 
 def own_folder_hint(data_root: str | os.PathLike, own: Sequence[str]) -> str | None:

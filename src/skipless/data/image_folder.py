@@ -5,7 +5,7 @@ sorted, hence the same on every rank and every run. One unreadable image in a mi
 stop a week of training: it is skipped (the next index is served instead), counted and reported
 once, never fatal. Reported by a ``CorruptImageWarning`` in the process that met it, or, when
 ``on_unreadable`` is set (a training loader's ``SkipTally``), by that hook, which says it once over
-every worker and rank.
+every worker and rank. What counts as unreadable, the pixel limit and the small-image hook: ``reads.py``.
 """
 from __future__ import annotations
 
@@ -13,22 +13,16 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
-from .errors import MalformedDatasetError, UnreadableSkips, missing_dataset
+from .errors import MalformedDatasetError, missing_dataset
+from .reads import READ_ERRORS, UnreadableSkips, decode_rgb
 from .voc import VOCImages
 
-__all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages"]
+__all__ = ["EXTENSIONS", "ImageFolderDataset", "VOCImages", "READ_ERRORS", "decode_rgb"]
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 LAYOUT = "an image folder, <root>/<class>/<image>.jpg (ImageNet train/) or flat <root>/<image>.jpg"
-READ_ERRORS = (OSError, UnidentifiedImageError, ValueError, SyntaxError)  # what PIL raises on a bad file
-
-
-def decode_rgb(path: str | os.PathLike) -> Image.Image:
-    """The image at ``path`` as RGB, decoded fully (a truncated file fails here, not in a worker later)."""
-    with Image.open(path) as image:
-        return image.convert("RGB")
 
 
 def list_images(root: Path) -> list[Path]:
@@ -44,7 +38,7 @@ class ImageFolderDataset(UnreadableSkips):
 
     Attributes:
         files: the sorted image paths.
-        skipped, on_unreadable: see ``UnreadableSkips``.
+        skipped, on_unreadable, on_small, max_pixels, min_side: see ``UnreadableSkips`` (``limit_reads``).
     """
 
     def __init__(self, root: str | os.PathLike, transform: Callable[[Image.Image], Any] | None = None) -> None:
@@ -62,15 +56,10 @@ class ImageFolderDataset(UnreadableSkips):
         return len(self.files)
 
     def __getitem__(self, index: int) -> Any:
-        for step in range(len(self.files)):
-            i = (index + step) % len(self.files)
-            try:
-                image = decode_rgb(self.files[i])
-            except READ_ERRORS as error:
-                self._skip(i, self.files[i], error)
-                continue
-            return self.transform(image) if self.transform is not None else image
-        raise RuntimeError(f"no image under {self.root} could be read ({self.skipped} failures)")
+        image = self._first_readable(index, lambda i: self._decode(i, self.files[i]), self.files.__getitem__,
+                                     lambda: RuntimeError(f"no image under {self.root} could be read "
+                                                          f"({self.skipped} failures)"))
+        return self.transform(image) if self.transform is not None else image
 
     def check_readable(self) -> None:
         """Refuse a folder in which no image decodes (``MalformedDatasetError``), before training.
@@ -80,7 +69,7 @@ class ImageFolderDataset(UnreadableSkips):
         first = ""
         for path in self.files:
             try:
-                decode_rgb(path)
+                decode_rgb(path, self.max_pixels)
                 return
             except READ_ERRORS as error:
                 first = first or f"{path.name}: {type(error).__name__}: {error}"

@@ -28,6 +28,7 @@ from PIL import Image
 
 from .conventions import IGNORE_INDEX
 from .errors import MalformedDatasetError, missing_dataset, own_folder_hint
+from .reads import UnreadableSkips
 
 VOC_CLASSES: tuple[str, ...] = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair",
@@ -256,11 +257,12 @@ class VOCDetection:
         return image, self.annotation(index).boxes
 
 
-class VOCImages:
+class VOCImages(UnreadableSkips):
     """The images of a VOC split alone (pretraining), optionally transformed.
 
     Reads ``ImageSets/Segmentation/<split>.txt`` and falls back to ``ImageSets/Main/<split>.txt``,
-    so that real VOC's larger detection lists can be used too.
+    so that real VOC's larger detection lists can be used too. An unreadable image is skipped, as by
+    ``ImageFolderDataset`` (``reads.UnreadableSkips``: ``files``, ``limit_reads``, the hooks).
     """
 
     def __init__(self, root: str | os.PathLike, split: str = "train", year: str = "2012",
@@ -272,13 +274,17 @@ class VOCImages:
         self.ids = read_ids(self.voc, split, ("Segmentation", "Main"), name, layout)
         self.image_dir = self.voc / "JPEGImages"
         check_files(self.image_dir, self.ids, ".jpg", name, layout)
+        self.files = [self.image_dir / f"{i}.jpg" for i in self.ids]
         self.transform = transform
+        self._start_skips()
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getitem__(self, index: int) -> Any:
-        image = load_rgb(self.image_dir / f"{self.ids[index]}.jpg")
+        image = self._first_readable(index, lambda i: self._decode(i, self.files[i]), self.files.__getitem__,
+                                     lambda: MalformedDatasetError(f"none of the {len(self)} images of "
+                                                                   f"{self.image_dir} can be read"))
         return self.transform(image) if self.transform is not None else image
 
 

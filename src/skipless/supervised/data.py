@@ -15,19 +15,20 @@ from torch.utils.data import DataLoader
 
 from ..data.classification.registry import LabelledImages, classification_split
 from ..data.generator.synthetic import ensure_default
-from ..training.data import check_one_batch, training_loader
+from ..training.data import check_one_batch, limit_reads, training_loader
 from .augment import eval_transform, train_transform
 
 
 def labelled_splits(cfg: DictConfig) -> tuple[LabelledImages, LabelledImages]:
-    """(train split with the training transform, val split with the validation transform)."""
+    """(train split with the training transform, val split with the validation transform), each read under
+    ``data.max_image_pixels`` and ``data.min_image_side`` (``training/data.py limit_reads``)."""
     d = cfg.data
     root = Path(d.root)
     if d.name == "default":
         root = ensure_default(root, n_train=d.n_train, n_val=d.n_val, seed=d.seed)
     train = classification_split(d.name, root, "train", transform=train_transform(cfg.aug))
     val = classification_split(d.name, root, "val", transform=eval_transform(cfg.aug))
-    return train, val
+    return limit_reads(cfg, train), limit_reads(cfg, val)
 
 
 def _workers(cfg: DictConfig) -> dict:

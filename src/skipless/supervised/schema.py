@@ -16,7 +16,8 @@ from ..models.timm_family import FAMILIES, TIMM_CLASSES, TimmFamilyError, create
 from ..training import schema as pretrain_schema
 from ..training.schema import POSITIVE_INT, UNIT, check_against
 
-_SHARED_SECTIONS = ("run.", "model.", "optim.", "diagnostics.", "data.root", "data.n_train", "data.n_val", "data.seed")
+_SHARED_SECTIONS = ("run.", "model.", "optim.", "diagnostics.", "data.root", "data.n_train", "data.n_val", "data.seed",
+                    "data.max_image_pixels", "data.min_image_side")
 _SHARED_TRAIN = ("epochs", "batch_size_per_device", "global_batch", "num_workers", "cpu_threads", "accelerator",
                  "devices", "num_nodes", "strategy", "collective_timeout_minutes", "precision", "log_every_n_steps", "compile", "keep_checkpoints",
                  "checkpoint_every_minutes",

@@ -1,10 +1,10 @@
 """Callbacks of a pretraining run: the divergence guard, RNG state in checkpoints, epoch-end
-checkpoints, the teacher export, the k-NN monitor, the progress bar, the run summary (skipped
-images, final loss, collapse). None reads a tensor back to the host on the steps between two logging
-steps (``train.log_every_n_steps``): such a read waits for the device to finish its queued work."""
+checkpoints, the teacher export, the k-NN monitor, the progress bar, the run summary (skipped and
+small images, final loss, collapse: ``run_summary.py``, imported here). None reads a tensor back to
+the host on the steps between two logging steps (``train.log_every_n_steps``): such a read waits for
+the device to finish its queued work."""
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -23,8 +23,7 @@ from ..atomic import DiskFullError, atomic_write, size_text
 from ..divergence import DivergenceError, divergence_message, raise_if_loss_diverged
 from ..models import create_vit, save_backbone
 from ..world import isolated_rng
-from .collapse import CollapseMonitor
-from .data import SkipTally
+from .run_summary import RunSummary  # noqa: F401  (the run summary lives in its own module; imported from here)
 
 
 class DivergenceGuard(pl.Callback):
@@ -303,102 +302,3 @@ class ProgressBar(TQDMProgressBar):
         if loss is not None:
             metrics["loss"] = float(loss)
         return metrics
-
-
-class RunSummary(pl.Callback):
-    """Counts the unreadable images skipped, each file once (over every worker, epoch and rank), names
-    each new one at the end of the epoch that met it, says the total at the end of the run, and
-    writes ``<run>/summary.json`` (atomically) when the fit ends or stops on an error: status, epochs
-    done, steps, skipped images and their files, final loss, the precision that ran with the reason
-    it was chosen, ``collapsed``: the reason the run's ``CollapseMonitor`` gave at its last
-    check, or null, a supervised run's last validation (``val``) and the rank monitor's last measurement
-    (``rank``) when it ran.
-
-    The files come from the loader's ``SkipTally`` (``training/data.py``), its flags summed over ranks.
-    """
-
-    def __init__(self, run_dir: str | Path, precision: str | None = None) -> None:
-        self.path = Path(run_dir) / "summary.json"
-        self.precision = precision  # the precision that ran and why (training/precision.py)
-        self.epochs_done, self.final_loss = 0, None
-        self.skipped_files: list[str] = []  # in the order they were named
-
-    @property
-    def skipped(self) -> int:
-        return len(self.skipped_files)
-
-    def _unreadable_so_far(self, trainer: pl.Trainer, collective: bool = True) -> list[str]:
-        """Every file met unreadable so far, sorted by index (all ranks with ``collective``)."""
-        tally = getattr(trainer.train_dataloader, "dataset", None)
-        if not isinstance(tally, SkipTally):
-            return []
-        flags = tally.flags
-        if collective:
-            flags = trainer.strategy.reduce(flags.to(trainer.strategy.root_device, torch.int32), reduce_op="sum")
-        return [tally.name(int(i)) for i in torch.nonzero(flags).flatten().tolist()]
-
-    def _name_new(self, found: list[str]) -> list[str]:
-        known = set(self.skipped_files)
-        new = [f for f in found if f not in known]
-        self.skipped_files += new
-        return new
-
-    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.epochs_done = trainer.current_epoch  # a resumed run starts after its finished epochs
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if isinstance(loss, torch.Tensor):
-            self.final_loss = loss.detach()  # read once, when the summary is written
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        new = self._name_new(self._unreadable_so_far(trainer))
-        self.epochs_done = trainer.current_epoch + 1
-        _log_scalar(trainer, "watch/data/skipped_images", float(self.skipped))
-        if new and trainer.is_global_zero:
-            print(f"epoch {self.epochs_done}: {len(new)} unreadable images skipped ({self.skipped} in this run so far), "
-                  "each counted and named once:\n" + "\n".join(f"  {f}" for f in new), flush=True)
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        new = self._name_new(self._unreadable_so_far(trainer))
-        if trainer.is_global_zero:
-            for f in new:  # met after the last epoch end (workers prefetching past a stopped epoch)
-                print(f"  unreadable image skipped: {f}", flush=True)
-            if self.skipped:
-                print(f"run end: {self.skipped} unreadable images skipped in all, each once (named above and in "
-                      f"{self.path})", flush=True)
-            self._write(trainer, "finished")
-
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if trainer.is_global_zero:  # no collective here: another rank may be gone
-            self._name_new(self._unreadable_so_far(trainer, collective=False))
-            try:
-                self._write(trainer, "interrupted" if isinstance(exception, KeyboardInterrupt)
-                            else getattr(exception, "summary_status", "failed"))  # preemption.RunPreempted: preempted
-            except OSError:  # a full disk: the run's own error says so, and must not be hidden by this one
-                pass
-
-    def _write(self, trainer: pl.Trainer, status: str) -> None:
-        summary = {"status": status, "epochs_done": self.epochs_done, "epochs": trainer.max_epochs,
-                   "steps": trainer.global_step, "skipped_images": self.skipped, "skipped_files": self.skipped_files,
-                   "final_loss": self._final_loss()}
-        if self.precision:
-            summary["precision"] = self.precision
-        monitor = next((c for c in trainer.callbacks if isinstance(c, CollapseMonitor)), None)
-        summary["collapsed"] = monitor.reason if monitor is not None else None
-        last_val = getattr(trainer.lightning_module, "last_val", None)  # a supervised run's last validation
-        if last_val:
-            summary["val"] = last_val
-        rank = next((c.last_rank for c in trainer.callbacks if getattr(c, "last_rank", None)), None)
-        if rank:  # the rank monitor's last measurement (rank_monitor.py): seeds/002 Fig. 4a reads it at convergence
-            summary["rank"] = rank
-        text = json.dumps(summary, indent=1) + "\n"
-        atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))
-
-    def _final_loss(self) -> float | None:
-        if self.final_loss is None:
-            return None
-        try:
-            return float(self.final_loss)
-        except RuntimeError:  # a device that failed (the run's error) cannot be read: the summary still says so
-            return None

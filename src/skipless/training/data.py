@@ -15,7 +15,9 @@ device takes in one optimizer step, ``batch_size_per_device`` times the accumula
 Lightning's steps, ``max_steps``, ``limit_train_batches`` and the per-step schedules count optimizer
 steps, and the last images of an epoch that fill no whole step are dropped (``drop_last``), as DINO's
 loader drops the last partial batch. Its dataset is wrapped in a
-``SkipTally``, which marks each unreadable image once, whichever DataLoader worker met it.
+``SkipTally``, which marks each unreadable image, and each image smaller than ``data.min_image_side``, once,
+whichever DataLoader worker met it. The readers refuse images over ``data.max_image_pixels`` pixels
+(``data/reads.py``), in every process that decodes.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from torchvision import transforms
 
 from ..config import ConfigError
 from ..data.image_folder import ImageFolderDataset, VOCImages
+from ..data.reads import UNREADABLE_KINDS, unreadable_kind
 from ..data.generator.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
@@ -50,10 +53,18 @@ def pretrain_dataset(cfg: DictConfig, transform: Callable, split: str = "train")
     if name == "default":
         root = ensure_default(Path(cfg.data.root), n_train=cfg.data.n_train, n_val=cfg.data.n_val,
                               seed=cfg.data.seed)
-        return VOCImages(root, split, transform=aug)
-    images = ImageFolderDataset(image_folder_of(cfg.data.root), transform=aug)
+        return limit_reads(cfg, VOCImages(root, split, transform=aug))
+    images = limit_reads(cfg, ImageFolderDataset(image_folder_of(cfg.data.root), transform=aug))
     images.check_readable()  # a folder of only unreadable files: one sentence now, not a worker traceback
     return images
+
+
+def limit_reads(cfg: DictConfig, dataset: Dataset) -> Dataset:
+    """``dataset`` reading under ``data.max_image_pixels`` and ``data.min_image_side`` (a reader of files,
+    ``data/reads.py``; in-memory datasets are left as they are)."""
+    if hasattr(dataset, "limit_reads"):
+        dataset.limit_reads(int(cfg.data.max_image_pixels), cfg.data.min_image_side)
+    return dataset
 
 
 def image_folder_of(root: str | os.PathLike) -> Path:
@@ -64,16 +75,21 @@ def image_folder_of(root: str | os.PathLike) -> Path:
     return root / "train" if (root / "train").is_dir() else root
 
 
+SMALL = 1  # SkipTally's flag of a readable image smaller than data.min_image_side; 2.. are UNREADABLE_KINDS
+
+
 class SkipTally(Dataset):
-    """``dataset`` with the set of its unreadable images, each counted once, over worker processes.
+    """``dataset`` with the set of its unreadable images, and of its small ones, each once, over worker processes.
 
     A file is met more than once: every epoch, in whichever worker draws it, and through its
     neighbours (a reader serves the next index in place of an unreadable one, so three bad files
     in a row are read 3 + 2 + 1 times). Counting reads said 6 for 3 files. Here the reader's
-    ``on_unreadable`` hook marks the file's index in a flag tensor in shared memory, which every
-    worker of every epoch writes (a mark is idempotent: no lock needed), so ``unreadable`` is the
-    set of files, not of reads. The run's ``RunSummary`` names each file once, from rank 0, after
-    summing the flags over ranks; the reader's own warning stays quiet.
+    ``on_unreadable`` and ``on_small`` hooks mark the file's index in a flag tensor in shared memory,
+    which every worker of every epoch writes (a mark is idempotent: no lock needed), so the flags are the
+    set of files, not of reads. A flag says what was met: 0 nothing, ``SMALL`` (read and trained on), or
+    2 + the index of the file's kind in ``reads.UNREADABLE_KINDS`` (skipped); a file is always the same
+    kind, so the flags of the ranks combine by their maximum. The run's ``RunSummary`` names each file once,
+    from rank 0; the reader's own warning stays quiet.
     """
 
     def __init__(self, dataset: Dataset, num_workers: int = 0) -> None:
@@ -81,9 +97,14 @@ class SkipTally(Dataset):
         self.flags = torch.zeros(len(dataset), dtype=torch.uint8).share_memory_()
         if hasattr(dataset, "on_unreadable"):
             dataset.on_unreadable = self._mark
+        if hasattr(dataset, "on_small"):
+            dataset.on_small = self._small
 
     def _mark(self, index: int, path: object, error: Exception) -> None:
-        self.flags[index] = 1
+        self.flags[index] = 2 + UNREADABLE_KINDS.index(unreadable_kind(path, error))
+
+    def _small(self, index: int, path: object, size: tuple[int, int]) -> None:
+        self.flags[index] = SMALL
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -96,10 +117,20 @@ class SkipTally(Dataset):
         files = getattr(self.dataset, "files", None)
         return str(files[index] if files is not None else self.dataset.items[index])
 
+    def reason(self, flag: int) -> str:
+        """What a flag says of its file, in the words of the run's log and ``summary.json``."""
+        if flag == SMALL:
+            return f"smaller than data.min_image_side={getattr(self.dataset, 'min_side', 0)} px on a side"
+        kind = UNREADABLE_KINDS[flag - 2]
+        limit = getattr(self.dataset, "max_pixels", None)
+        if kind == "over the pixel limit" and limit is not None:
+            return f"more than data.max_image_pixels={limit} pixels"
+        return kind
+
     @property
     def total(self) -> int:
         """Unreadable images met so far in this process's workers, each once."""
-        return int(self.flags.sum())
+        return int((self.flags > SMALL).sum())
 
 
 def check_one_batch(cfg: DictConfig, n_images: int) -> None:

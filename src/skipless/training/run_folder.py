@@ -45,6 +45,9 @@ RESUMABLE = (
     "run.resume", "run.name", "run.root",  # the same folder either way: the saved config is read from it
     "run.requeue", "train.checkpoint_every_minutes",  # how a run stops and saves, never what it trains
     "data.root",
+    # how files are screened (data/reads.py): only broken or pathological images change; a run saved before
+    # the keys existed has none of them, and must still resume
+    "data.max_image_pixels", "data.min_image_side",
     "train.epochs", "train.devices", "train.num_nodes", "train.accelerator", "train.strategy", "train.num_workers",
     "train.collective_timeout_minutes",
     "train.cpu_threads",  # the same computation on more or fewer threads

@@ -30,6 +30,7 @@ from .preflight import check_resume_world, read_resume_checkpoint
 from .run_folder import (NothingToResumeError, RunFolderTakenError, check_new_run, free_name, is_first_process, record_resume,
                          resume_changes, set_aside_attempt)
 from .scheduler import scheduler_name
+from .stale_files import remove_stale_files
 
 
 class RunStart(NamedTuple):
@@ -125,11 +126,15 @@ def prepare_run(cfg: DictConfig, run_dir: Path) -> RunStart:
 
 
 def record_start(cfg: DictConfig, run_dir: Path, start: RunStart) -> None:
-    """Say what ``run.resume`` decided, set an earlier attempt's files aside, then write the resolved
-    ``config.yaml`` (and a line of ``resumes.jsonl`` on a resume); rank 0 only, right before the fit, so a run
-    refused on its data has moved nothing."""
+    """Say what ``run.resume`` decided, remove what killed writes left (``stale_files.py``: the folder is held),
+    set an earlier attempt's files aside, then write the resolved ``config.yaml`` (and a line of
+    ``resumes.jsonl`` on a resume); rank 0 only, right before the fit, so a run refused on its data has moved
+    nothing."""
     if start.said:
         print(f"  resume   {start.said}", flush=True)
+    removed = remove_stale_files(run_dir)
+    if removed:
+        print(removed, flush=True)
     if start.attempt:
         set_aside_attempt(run_dir, start.attempt)
     save_config(cfg, run_dir)

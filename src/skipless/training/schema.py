@@ -152,6 +152,8 @@ RULES: dict[str, Rule] = {
     "data.n_train": POSITIVE_INT,
     "data.n_val": POSITIVE_INT,
     "data.seed": INT,
+    "data.max_image_pixels": POSITIVE_INT,  # larger images are skipped undecoded (data/reads.py)
+    "data.min_image_side": COUNT,  # smaller images are named; 0: no check
 }
 SKIPPED = ("choices.*",)  # written by the loader (the group choices), not by a user
 

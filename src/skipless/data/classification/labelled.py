@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from ..errors import MalformedDatasetError, UnreadableSkips
-from ..image_folder import READ_ERRORS, decode_rgb
+from ..errors import MalformedDatasetError
+from ..reads import UnreadableSkips
 
 
 class LabelledImages(UnreadableSkips):
@@ -58,11 +58,13 @@ class LabelledImages(UnreadableSkips):
         return len(self.items)
 
     def image(self, index: int) -> Image.Image:
-        """The PIL RGB image of sample ``index``; raises one of ``READ_ERRORS`` if it cannot be read."""
+        """The PIL RGB image of sample ``index``; raises one of ``reads.READ_ERRORS`` if it cannot be read. A
+        file is read under ``limit_reads``'s limits; an array (CIFAR, MNIST, digits: whole datasets of one known
+        size) is not checked."""
         item = self.items[index]
         if isinstance(item, np.ndarray):
             return Image.fromarray(item)
-        return decode_rgb(item)
+        return self._decode(index, item)
 
     def read(self, index: int) -> tuple[Any, int]:
         """``(transform(image), label)`` of sample ``index``; raises if the image cannot be read."""
@@ -70,10 +72,6 @@ class LabelledImages(UnreadableSkips):
         return (self.transform(image) if self.transform is not None else image), int(self._labels[index])
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
-        for step in range(len(self)):
-            i = (index + step) % len(self)
-            try:
-                return self.read(i)
-            except READ_ERRORS as error:
-                self._skip(i, self.items[i], error)
-        raise MalformedDatasetError(f"{self.name}: none of its {len(self)} images can be read")
+        return self._first_readable(index, self.read, self.items.__getitem__,
+                                    lambda: MalformedDatasetError(f"{self.name}: none of its {len(self)} images can "
+                                                                  "be read"))
