@@ -1,7 +1,7 @@
 """Submitting an experiment's jobs to a SLURM cluster through submitit (as DINO's and DINOv2's
 ``run_with_submitit.py`` do), instead of a scheduler of our own.
 
-Every job that is not done becomes one SLURM job running ``jobs.run_job`` (the same function the
+Every job that is not done becomes one SLURM job running ``runner.run_job`` (the same function the
 local runner calls). A training run is a multi-node job: ``nodes`` x ``gpus_per_node`` tasks, one per
 GPU, and Lightning reads the SLURM environment inside each task (``train.devices`` and
 ``train.num_nodes`` are set to match, and are part of the run's identity: they set the accumulation steps
@@ -21,7 +21,8 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from .experiment import FINETUNE
-from .jobs import Job, is_done, write_marker, run_job
+from .jobs import Job, is_done, write_marker
+from .runner import run_job
 
 
 def slurm_available() -> bool:
