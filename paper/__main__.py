@@ -28,6 +28,7 @@ from .slurm import run_overrides, slurm_available, submit_slurm
 from .theory import NAME as THEORY, write_theory_report
 
 CLUSTERS = ("auto", "local", "slurm")
+MIN_SIGNAL_DELAY_S = 20  # a step, a checkpoint write, submitit's requeue (slurm_task.py keeps 10 s for it)
 
 
 def experiments_dir(cfg: DictConfig) -> Path:
@@ -56,6 +57,12 @@ def check_settings(cfg: DictConfig) -> str:
     cluster = cfg.cluster if cfg.cluster != "auto" else ("slurm" if slurm_available() else "local")
     if cluster == "slurm" and not cfg.slurm.partition:
         raise ConfigError("cluster=slurm needs a partition: slurm.partition=<name> (ARGS=\"slurm.partition=gpu\")")
+    delay, requeues = cfg.slurm.signal_delay_s, cfg.slurm.max_requeues
+    if not (isinstance(delay, int) and delay >= MIN_SIGNAL_DELAY_S):
+        raise ConfigError(f"slurm.signal_delay_s={delay} is not a whole number of seconds of at least "
+                          f"{MIN_SIGNAL_DELAY_S}: a training needs that time to finish its step and write its checkpoint")
+    if not (isinstance(requeues, int) and requeues >= 0):
+        raise ConfigError(f"slurm.max_requeues={requeues} is not a number of requeues (0 or more)")
     return cluster
 
 

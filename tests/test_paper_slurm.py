@@ -3,61 +3,43 @@ and calls an ``sbatch`` of ours that records them (so the test reads the scripts
 resources, the evaluations' dependency on their training run, the report after everything), and
 submitit's debug executor runs the same job functions here, in dependency order."""
 import json
-import os
-import stat
-from pathlib import Path
 
 import pytest
+from submitit.core.utils import DelayedSubmission
 
 from paper.__main__ import run
 from paper.slurm import submit_slurm
+from paper.slurm_task import SlurmTask
 from paper.experiment import load_experiment
 from paper.jobs import is_done, plan
 from skipless.config import load_config
 
+from fake_slurm import FakeSlurm, sbatch_flags
 from test_paper_run import tiny_experiment
 
-FAKE_SBATCH = """#!/bin/sh
-# records each submission script and answers as sbatch does
-n=$(cat "{folder}/next" 2>/dev/null || echo 1000)
-echo $((n + 1)) > "{folder}/next"
-cp "$1" "{folder}/job-$n.sh"
-echo "Submitted batch job $n"
-"""
-
-
 @pytest.fixture()
-def fake_sbatch(tmp_path, monkeypatch):
-    folder = tmp_path / "sbatch"
-    folder.mkdir()
-    script = tmp_path / "bin" / "sbatch"
-    script.parent.mkdir()
-    script.write_text(FAKE_SBATCH.format(folder=folder))
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    srun = script.parent / "srun"  # submitit looks for it; our scripts are only read, never run
-    srun.write_text("#!/bin/sh\nexit 1\n")
-    srun.chmod(srun.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
-    return folder
+def fake_slurm(tmp_path, monkeypatch):
+    return FakeSlurm(tmp_path, monkeypatch)
 
 
-def _sbatch_lines(text: str) -> dict[str, str]:
-    lines = [l[len("#SBATCH --"):] for l in text.splitlines() if l.startswith("#SBATCH --")]
-    return dict(l.split("=", 1) if "=" in l else (l, "") for l in lines)
+def _args(tmp_path, *extra):
+    return ["exp=tiny", f"experiments={tmp_path / 'exps'}", f"root={tmp_path / 'paper'}", "slurm.partition=gpu",
+            *extra]  # cluster=auto finds our sbatch
 
 
-def test_submission_scripts_hold_the_resources_and_the_dependencies(tmp_path, fake_sbatch, capsys):
+def test_submission_scripts_hold_the_resources_and_the_dependencies(tmp_path, fake_slurm, capsys):
     tiny_experiment(tmp_path / "exps", tmp_path / "data")
-    args = ["exp=tiny", f"experiments={tmp_path / 'exps'}", f"root={tmp_path / 'paper'}", "slurm.partition=gpu",
-            "slurm.nodes=2", "slurm.gpus_per_node=4"]  # cluster=auto finds our sbatch
-    result = run(load_config("paper", args))
+    result = run(load_config("paper", _args(tmp_path, "slurm.nodes=2", "slurm.gpus_per_node=4",
+                                            "slurm.signal_delay_s=120", "slurm.max_requeues=7")))
     ids = result["slurm"]
     jobs = {j.name: j for j in result["jobs"]}
     assert list(ids) == [*jobs, "report"]  # every job, in dependency order, then the report
-    scripts = {p.stem.split("-")[1]: p.read_text() for p in fake_sbatch.glob("job-*.sh")}
+    scripts = fake_slurm.scripts()
+    base = tmp_path / "paper" / "demo"
     for name, job in jobs.items():
-        flags = _sbatch_lines(scripts[ids[name]])
+        flags = sbatch_flags(scripts[ids[name]])
         assert flags["partition"] == "gpu" and flags["job-name"] == name
+        assert flags["signal"] == "USR2@120"  # submitit's signal, slurm.signal_delay_s before the time limit
         if job.kind == "run":
             assert (flags["nodes"], flags["gpus-per-node"], flags["ntasks-per-node"]) == ("2", "4", "4")
             assert "train.devices=4" in job.overrides and "train.num_nodes=2" in job.overrides
@@ -65,9 +47,14 @@ def test_submission_scripts_hold_the_resources_and_the_dependencies(tmp_path, fa
         else:
             assert (flags["nodes"], flags["gpus-per-node"], flags["ntasks-per-node"]) == ("1", "1", "1")
             assert flags["dependency"] == f"afterok:{ids[job.depends[0]]}"
-        marker = json.loads((tmp_path / "paper" / "demo" / job.marker).read_text())
+            assert flags["kill-on-invalid-dep"] == "yes"  # cancelled, not pending for ever, if its training fails
+        marker = json.loads((base / job.marker).read_text())
         assert marker["status"] == "submitted" and marker["slurm_job"] == ids[name]
-    report = _sbatch_lines(scripts[ids["report"]])
+        # what each job runs: the checkpointable task, requeued at most slurm.max_requeues times
+        submission = DelayedSubmission.load(base / "slurm" / ids[name] / f"{ids[name]}_submitted.pkl")
+        assert isinstance(submission.function, SlurmTask) and submission.args == (base, job)
+        assert submission._timeout_countdown == 7 and submission.function.wait_s == 110
+    report = sbatch_flags(scripts[ids["report"]])
     assert report["dependency"] == "afterany:" + ":".join(ids[n] for n in jobs)
     assert "submitted" in capsys.readouterr().out
 
@@ -98,3 +85,12 @@ def test_a_fine_tuning_evaluation_gets_a_trainings_nodes_gpus_and_time(tmp_path)
         assert "train.devices=4" in job.overrides and "train.num_nodes=2" in job.overrides
         r = _resources(job, settings)
         assert (r["nodes"], r["gpus_per_node"], r["timeout_min"]) == (2, 4, int(settings.run_minutes))
+
+
+def test_the_signal_delay_is_checked_before_anything_runs(tmp_path):
+    from paper.__main__ import check_settings
+    from skipless.config import ConfigError
+
+    with pytest.raises(ConfigError, match="slurm.signal_delay_s=5 is not a whole number of seconds of at least 20"):
+        check_settings(load_config("paper", ["exp=table2", "cluster=slurm", "slurm.partition=gpu",
+                                             "slurm.signal_delay_s=5"]))
