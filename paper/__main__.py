@@ -59,12 +59,14 @@ def check_settings(cfg: DictConfig) -> str:
     if cluster == "slurm" and not cfg.slurm.partition:
         raise ConfigError("cluster=slurm needs a partition: slurm.partition=<name> (ARGS=\"slurm.partition=gpu\")")
     if cfg.force and cluster != "slurm":
-        raise ConfigError("FORCE=1 (force=true) submits again the SLURM jobs still queued or running; on this machine "
-                          "make paper runs every job that is not done anyway, so there is nothing to force: drop FORCE=1")
+        raise ConfigError("FORCE=1 (force=true) submits again the SLURM jobs still queued or running; on this "
+                          "machine make paper runs every job that is not done anyway, so there is nothing to force: "
+                          "drop FORCE=1")
     delay, requeues = cfg.slurm.signal_delay_s, cfg.slurm.max_requeues
     if not (isinstance(delay, int) and delay >= MIN_SIGNAL_DELAY_S):
         raise ConfigError(f"slurm.signal_delay_s={delay} is not a whole number of seconds of at least "
-                          f"{MIN_SIGNAL_DELAY_S}: a training needs that time to finish its step and write its checkpoint")
+                          f"{MIN_SIGNAL_DELAY_S}: a training needs that time to finish its step and write its "
+                          "checkpoint")
     if not (isinstance(requeues, int) and requeues >= 0):
         raise ConfigError(f"slurm.max_requeues={requeues} is not a number of requeues (0 or more)")
     return cluster

@@ -29,7 +29,6 @@ from .experiment import FINETUNE
 from .jobs import REPO, Job, outputs_exist, error_line, marker_path, put_marker, read_marker, write_marker
 
 
-# ---- running one job -------------------------------------------------------------------------------------
 # What every training job adds to its command: continue from the run's checkpoint when its folder has one, else
 # start (an attempt without a checkpoint is set aside: skipless/training/run_start.py), and never requeue its
 # SLURM job itself: submitit does (slurm_task.py). Place keys (PLACE_KEYS): a job's identity does not change.

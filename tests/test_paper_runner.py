@@ -48,7 +48,8 @@ def test_trainings_continue_themselves_and_keep_their_identity(tmp_path):
             assert command[-2:] == ["run.resume=auto", "run.requeue=false"] and command[:-2] == job.command()
             assert config_hash(job.entry, [*job.overrides, *TRAINING_OVERRIDES]) == job.config_hash
             # the folder whose run.lock says whether another run trains it
-            folder = tmp_path / job.run_dir if job.kind == "run" else tmp_path / "graying-mae" / "evals" / job.name / "run"
+            evals = tmp_path / "graying-mae" / "evals"
+            folder = tmp_path / job.run_dir if job.kind == "run" else evals / job.name / "run"
             assert training_dir(tmp_path, job) == folder
         else:
             assert command == job.command() and training_dir(tmp_path, job) is None

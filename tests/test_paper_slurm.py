@@ -158,7 +158,8 @@ def test_a_job_that_ended_unfinished_is_submitted_again_with_the_jobs_waiting_fo
     for name in ("tokencut-skip-2-default", "tokencut-skip-2-voc12"):  # after the new training
         assert sbatch_flags(scripts[new[name]])["dependency"] == f"afterok:{new['pretrain-skip']}"
     # a new evaluation of a training still running waits for that training's job
-    assert sbatch_flags(scripts[new["tokencut-skipless-2-voc12"]])["dependency"] == f"afterok:{ids['pretrain-skipless']}"
+    waits = sbatch_flags(scripts[new["tokencut-skipless-2-voc12"]])["dependency"]
+    assert waits == f"afterok:{ids['pretrain-skipless']}"
     current = {**ids, **new}
     report = sbatch_flags(scripts[new["report"]])["dependency"]
     assert sorted(report.split(":")[1:]) == sorted(current[n] for n in jobs)  # after the queued jobs and the new ones
