@@ -29,6 +29,7 @@ RESUME :=
 EXP :=
 SCALE :=
 DRY :=
+FORCE :=
 PREFLIGHT :=
 PREFLIGHT_BATCH :=
 ARGS :=
@@ -112,6 +113,8 @@ help: ## list targets and variables
 	@echo "       a path with spaces quoted as in a shell: CKPT='\"runs/my run\" random'"
 	@echo "  OUT=<folder> (evaluators: write results there, <OUT>/<backbone>/, instead of each run's eval/)"
 	@echo "  EXP=$(call choices,experiments) (make paper: configs/experiments/)   SCALE=demo|quick|full   DRY=1 (list the jobs)"
+	@echo "       on SLURM a second make paper leaves the jobs still queued or running alone; FORCE=1 submits them again"
+	@echo "       (every job not done; a duplicate training leaves its run to the job holding it)"
 	@echo "       SCALE=full: the MAE experiments read IMAGENET100_ROOT and IMAGENET_ROOT, osa-digits MNIST_ROOT, resnet-rank-*"
 	@echo "       IMAGENET10_ROOT (defaults data/imagenet100, data/imagenet, data/mnist, data/imagenet10)"
 	@echo "  make data DATA=imagenet100 IMAGENET_ROOT=<ImageNet-1k: train/<wnid>/, val/<wnid>/> [IMAGENET100_ROOT=data/imagenet100]:"
@@ -172,8 +175,8 @@ linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRE
 tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATA= CKPT= ARGS=
 	$(PY) -m eval.tsne $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 PREFLIGHT=1 ARGS=
-	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)
+paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 FORCE=1 PREFLIGHT=1 ARGS=
+	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(FORCE)),force=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)
 
 bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)

@@ -3,7 +3,8 @@
 Runs what an experiment file (``configs/experiments/<name>.yaml``) needs and is not done yet, in
 dependency order (each training run, then its evaluations), here or on SLURM, and writes the report.
 Settings: ``configs/paper.yaml``. Run it again at any time: finished jobs are skipped, a killed
-training resumes, and the report is rewritten from what is on disk.
+training resumes, and the report is rewritten from what is on disk; on SLURM the jobs still queued or running
+are left alone (``slurm.py``).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from .slurm import run_overrides, slurm_available, submit_slurm
 from .theory import NAME as THEORY, write_theory_report
 
 CLUSTERS = ("auto", "local", "slurm")
+MIN_SIGNAL_DELAY_S = 20  # a step, a checkpoint write, submitit's requeue (slurm_task.py keeps 10 s for it)
 
 
 def experiments_dir(cfg: DictConfig) -> Path:
@@ -56,6 +58,17 @@ def check_settings(cfg: DictConfig) -> str:
     cluster = cfg.cluster if cfg.cluster != "auto" else ("slurm" if slurm_available() else "local")
     if cluster == "slurm" and not cfg.slurm.partition:
         raise ConfigError("cluster=slurm needs a partition: slurm.partition=<name> (ARGS=\"slurm.partition=gpu\")")
+    if cfg.force and cluster != "slurm":
+        raise ConfigError("FORCE=1 (force=true) submits again the SLURM jobs still queued or running; on this "
+                          "machine make paper runs every job that is not done anyway, so there is nothing to force: "
+                          "drop FORCE=1")
+    delay, requeues = cfg.slurm.signal_delay_s, cfg.slurm.max_requeues
+    if not (isinstance(delay, int) and delay >= MIN_SIGNAL_DELAY_S):
+        raise ConfigError(f"slurm.signal_delay_s={delay} is not a whole number of seconds of at least "
+                          f"{MIN_SIGNAL_DELAY_S}: a training needs that time to finish its step and write its "
+                          "checkpoint")
+    if not (isinstance(requeues, int) and requeues >= 0):
+        raise ConfigError(f"slurm.max_requeues={requeues} is not a number of requeues (0 or more)")
     return cluster
 
 
@@ -86,12 +99,17 @@ def run(cfg: DictConfig, say=print) -> dict:
         return {"jobs": jobs, "skipped": skipped}
     folder.mkdir(parents=True, exist_ok=True)
     if cluster == "slurm":
-        ids = {n: j.job_id for n, j in submit_slurm(folder.resolve(), jobs, cfg.slurm, report=report, say=say).items()}
-        say(f"submitted {len(ids)} SLURM jobs; run `{command}` again later to see what is done" if ids
-            else "every job is done")
-        if not ids:
+        sent = submit_slurm(folder.resolve(), jobs, cfg.slurm, report=report, say=say, force=bool(cfg.force))
+        ids = {n: j.job_id for n, j in sent.submitted.items()}
+        if ids:
+            say(f"submitted {len(ids)} SLURM jobs; run `{command}` again later: it submits again only the jobs that "
+                "ended without finishing")
+        elif sent.queued:
+            say(f"nothing to submit: {len(sent.queued)} jobs are still queued or running; run `{command}` again later")
+        elif not sent.unknown:
+            say("every job is done")
             say(f"report: {report()}")
-        return {"jobs": jobs, "skipped": skipped, "slurm": ids}
+        return {"jobs": jobs, "skipped": skipped, "slurm": ids, "queued": sent.queued, "unknown": sent.unknown}
     start = time.time()
     state = run_local(folder.resolve(), jobs, cfg.local.parallel, say=say)
     path = report()

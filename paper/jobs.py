@@ -7,9 +7,12 @@ records that same config hash and its outputs exist. An edited
 recipe or experiment file changes the hash, so the job runs again, and it runs into a new folder (a
 training run's folder ends with its hash), so one run never overwrites another.
 
-What survives a kill: a training run that has a ``last.ckpt`` continues from it (``run.resume=true``,
-exact resume); one killed before its first checkpoint is moved aside (``<folder>.incomplete-<time>``)
-and starts again; an evaluation starts again in its own output folder. Done jobs are never rerun.
+What survives a kill: a training (a run, or a fine-tuning evaluation) always runs with ``run.resume=auto
+run.requeue=false``: it continues from its newest checkpoint when its folder has one, else starts, setting an
+attempt without a checkpoint aside (``skipless/training/run_start.py``); a signal stops it after a
+checkpoint (exit status 75: marker ``preempted``), and a training that finds another live run holding its
+folder (exit status 73) leaves that run's marker alone (``runner.py``). An evaluation starts again in its
+own output folder. Done jobs are never rerun.
 
 Training runs are shared by the experiments of a scale: the same config is the same folder (an existing
 folder ending with the config's hash is reused whatever its cell is called), so Table 2's runs serve
@@ -30,7 +33,6 @@ import hashlib
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -206,7 +208,7 @@ def result_files(folder: Path, job: Job) -> list[Path]:
     return sorted(folder.glob(job.result)) if job.result else []
 
 
-def _outputs_exist(folder: Path, job: Job) -> bool:
+def outputs_exist(folder: Path, job: Job) -> bool:
     return all((folder / o).is_file() for o in job.outputs) and (not job.result or bool(result_files(folder, job)))
 
 
@@ -231,71 +233,25 @@ def marker_status(marker: dict[str, Any]) -> str | None:
 
 
 def job_state(folder: Path, job: Job) -> str | None:
-    """``done``, or what the marker of this very config says (running, interrupted, failed, blocked,
+    """``done``, or what the marker of this very config says (running, interrupted, failed, blocked, preempted,
     submitted); None when there is nothing to say (never run, another config's marker, or marked done
     with its outputs gone). The one reading of a job's state for the dry run and the report."""
     marker = read_marker(folder, job) or {}
     if marker.get("config_hash") != job.config_hash:
         return None
     status = marker_status(marker)
-    return None if status == "done" and not _outputs_exist(folder, job) else status
+    return None if status == "done" and not outputs_exist(folder, job) else status
+
+
+def put_marker(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1) + "\n"))
 
 
 def write_marker(folder: Path, job: Job, status: str, **extra: Any) -> None:
     record = {"job": job.name, "status": status, "config_hash": job.config_hash, "command": job.shown(),
               "labels": job.labels, "date": time.strftime("%Y-%m-%d %H:%M:%S"), **extra}
-    path = marker_path(folder, job)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(record, indent=1) + "\n"))
-
-
-def prepared_command(folder: Path, job: Job, move_aside: bool = True) -> list[str]:
-    """The command to run now: a training run with a checkpoint continues it (``run.resume=true``); one
-    killed before its first checkpoint is moved aside (by the first task only: ``move_aside``) so the
-    run starts in a free folder. Every task of a multi-process job decides the same way."""
-    command = job.command()
-    if job.kind != "run":
-        return command
-    run_dir = folder / job.run_dir
-    if (run_dir / "checkpoints" / "last.ckpt").is_file():
-        return [*command, "run.resume=true"]
-    if move_aside and run_dir.is_dir() and any(run_dir.iterdir()):
-        run_dir.rename(run_dir.with_name(f"{run_dir.name}.incomplete-{time.strftime('%Y%m%d-%H%M%S')}"))
-    return command
-
-
-def is_first_task() -> bool:
-    """Rank 0 of a SLURM job's tasks (or the only process): the one that writes markers."""
-    return os.environ.get("SLURM_PROCID", "0") == "0"
-
-
-def run_job(folder: str | Path, job: Job, env: dict[str, str] | None = None) -> int:
-    """Run one job to its end, log its output to ``logs/<job>.log`` and write its marker (done or
-    failed, with the error it printed); returns the command's exit code. The same function runs
-    locally and inside a SLURM job (submitit pickles it with its job). ``env``: variables to set for
-    the command (a local slot's ``CUDA_VISIBLE_DEVICES``)."""
-    folder = Path(folder)
-    log = folder / job.log
-    log.parent.mkdir(parents=True, exist_ok=True)
-    first = is_first_task()
-    command = prepared_command(folder, job, move_aside=first)
-    start = time.time()
-    if first:
-        write_marker(folder, job, "running", log=str(log.relative_to(folder)), host=socket.gethostname(),
-                     pid=os.getpid())
-    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(REPO / "src"),
-                                                                      os.environ.get("PYTHONPATH")]))}
-    with log.open("a") as out:
-        out.write(f"\n$ {' '.join(command)}\n")
-        out.flush()
-        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
-    if first:
-        done = code == 0 and all((folder / o).is_file() for o in job.outputs) and (
-            not job.result or bool(result_files(folder, job)))
-        write_marker(folder, job, "done" if done else "failed", seconds=round(time.time() - start, 1),
-                     exit_code=code, log=str(log.relative_to(folder)),
-                     **({} if done else {"error": error_line(log)}))
-    return code
+    put_marker(marker_path(folder, job), record)
 
 
 def error_line(log: Path) -> str:

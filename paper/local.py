@@ -1,6 +1,6 @@
 """Running an experiment's jobs on this machine: in dependency order, one at a time, or one per GPU.
 
-Each job is its own process (``jobs.run_job``), so a crash or an out-of-memory in one job is that
+Each job is its own process (``runner.run_job``), so a crash or an out-of-memory in one job is that
 job's failure: it is marked failed with the error it printed, the jobs that depend on it are marked
 blocked, and every other job still runs. With ``parallel`` slots (``paper.local.parallel``: ``gpus``
 = one per visible GPU) each slot pins its job to one GPU through ``CUDA_VISIBLE_DEVICES``, naming it
@@ -16,7 +16,12 @@ from typing import Callable
 
 import torch
 
-from .jobs import Job, is_done, read_marker, run_job, write_marker
+from skipless.errors import EXIT_BUSY
+
+from .jobs import Job, is_done, read_marker, write_marker
+from .runner import run_job
+
+ENDED = ("failed", "blocked", "busy", "preempted")  # a job's states that block the jobs waiting for it
 
 
 def visible_gpus() -> list[str]:
@@ -41,8 +46,9 @@ def slots(parallel: int | str) -> list[dict[str, str]]:
 
 def run_local(folder: Path, jobs: list[Job], parallel: int | str = 1,
               say: Callable[[str], None] = print) -> dict[str, str]:
-    """Run every job that is not done; returns ``{job name: done | failed | blocked}`` (done includes
-    the jobs found done before, which are not run again)."""
+    """Run every job that is not done; returns ``{job name: done | failed | blocked | preempted | busy}``
+    (done includes the jobs found done before, which are not run again; preempted: a training stopped by a
+    signal after a checkpoint, which the next call continues; busy: a training another live run holds)."""
     state: dict[str, str] = {}
     for job in jobs:
         if is_done(folder, job):
@@ -57,9 +63,9 @@ def run_local(folder: Path, jobs: list[Job], parallel: int | str = 1,
         while pending or running:
             for job in list(pending):
                 deps = [state.get(d) for d in job.depends]
-                if any(d in ("failed", "blocked") for d in deps):
+                if any(d in ENDED for d in deps):
                     state[job.name] = "blocked"
-                    blocker = next(d for d in job.depends if state.get(d) in ("failed", "blocked"))
+                    blocker = next(d for d in job.depends if state.get(d) in ENDED)
                     write_marker(folder, job, "blocked", error=f"not run: {blocker} did not finish")
                     say(f"[blocked] {job.name}: {blocker} did not finish")
                     pending.remove(job)
@@ -78,11 +84,17 @@ def run_local(folder: Path, jobs: list[Job], parallel: int | str = 1,
             for future in finished:
                 job, slot = running.pop(future)
                 free.append(slot)
+                code = future.result()
+                if code == EXIT_BUSY:  # another make paper runs this training: its marker is that one's
+                    state[job.name] = "busy"
+                    say(f"[busy] {job.name}: another run holds its folder (see {job.log}); left to it")
+                    continue
                 done = is_done(folder, job)
-                state[job.name] = "done" if done else "failed"
                 marker = read_marker(folder, job) or {}
+                state[job.name] = "done" if done else ("preempted" if marker.get("status") == "preempted" else "failed")
                 seconds = marker.get("seconds", 0)
-                say(f"[{'done' if done else 'FAILED'}] {job.name} ({seconds:.0f} s)"
+                shown = {"done": "done", "preempted": "preempted", "failed": "FAILED"}[state[job.name]]
+                say(f"[{shown}] {job.name} ({seconds:.0f} s)"
                     + ("" if done else f": {marker.get('error', 'see its log')}"))
     return state
 

@@ -3,7 +3,7 @@ parent's ``CUDA_VISIBLE_DEVICES`` names it (a child reads its list against the m
 import pytest
 
 from paper import local
-from paper.jobs import Job
+from paper.jobs import Job, write_marker
 
 
 def _machine(monkeypatch, visible: str | None, count: int) -> None:
@@ -38,3 +38,29 @@ def test_jobs_run_on_the_parents_gpus(monkeypatch, tmp_path):
     local.run_local(tmp_path, jobs, "gpus", say=lambda line: None)
     assert sorted(name for name, _ in seen) == ["j0", "j1", "j2", "j3"]
     assert {gpu for _, gpu in seen} <= {"2", "3"} and {gpu for name, gpu in seen if name in ("j0", "j1")} == {"2", "3"}
+
+
+def test_a_preempted_or_busy_training_blocks_its_evaluations_and_is_said_so(monkeypatch, tmp_path):
+    """A training stopped by a signal (exit 75, marked preempted by run_job) or left to another run holding its
+    folder (exit 73) is neither done nor failed: its evaluations wait for the next call."""
+    _machine(monkeypatch, None, 0)
+    codes = {"a": 75, "b": 73}
+
+    def fake_run_job(folder, job, env):
+        if job.name in codes:
+            if codes[job.name] == 75:
+                write_marker(folder, job, "preempted", error="stopped after a checkpoint (...)")
+            return codes[job.name]
+        raise AssertionError(f"{job.name} ran although its training did not finish")
+
+    monkeypatch.setattr(local, "run_job", fake_run_job)
+    jobs = [Job(name=n, kind="run", entry="pretrain", overrides=(), labels={}, config_hash="h", marker=f"m/{n}.json",
+                log=f"logs/{n}.log") for n in codes]
+    jobs += [Job(name=f"eval-{n}", kind="eval", entry="probe", overrides=(), labels={}, config_hash="h",
+                 marker=f"m/eval-{n}.json", log=f"logs/eval-{n}.log", depends=(n,)) for n in codes]
+    said = []
+    state = local.run_local(tmp_path, jobs, 1, say=said.append)
+    assert state == {"a": "preempted", "b": "busy", "eval-a": "blocked", "eval-b": "blocked"}
+    assert any(line.startswith("[preempted] a") for line in said)
+    assert "[blocked] eval-a: a did not finish" in said and "[blocked] eval-b: b did not finish" in said
+    assert any(line.startswith("[busy] b: another run holds its folder") for line in said)
