@@ -1,13 +1,18 @@
-"""A fake SLURM on the PATH for the ``make paper`` tests: ``sbatch`` records each submission script and puts the
-job in a queue file as PENDING, ``squeue`` answers ``--noheader --format=%i %T --jobs=<ids>`` from that file as
-squeue does (exit 1 with "Invalid job id specified" when it lists none of them, or "Unable to contact slurm
+"""A fake SLURM on the PATH for the ``make paper`` and cluster-run tests: ``sbatch`` records each submission script
+and puts the job in a queue file as PENDING, ``squeue`` answers ``--noheader --format=%i %T --jobs=<ids>`` from that
+file as squeue does (exit 1 with "Invalid job id specified" when it lists none of them, or "Unable to contact slurm
 controller" once ``down()`` was called), ``scontrol`` records its calls. Tests change the queue with ``set`` and
-``forget``."""
+``forget``. ``as_slurm_job`` runs the test process as a job's n-th start (``SLURM_JOB_ID``, ``SLURM_RESTART_COUNT``),
+and ``SignalAt`` signals the training process at a chosen step, as a scheduler does at a time limit or a
+pre-emption."""
 from __future__ import annotations
 
 import os
+import signal
 import stat
 from pathlib import Path
+
+import lightning.pytorch as pl
 
 SBATCH = """#!/bin/sh
 n=$(cat "{folder}/next" 2>/dev/null || echo 1000)
@@ -82,3 +87,23 @@ def sbatch_flags(text: str) -> dict[str, str]:
     """The ``#SBATCH --key=value`` lines of a script."""
     lines = [l[len("#SBATCH --"):] for l in text.splitlines() if l.startswith("#SBATCH --")]
     return dict(l.split("=", 1) if "=" in l else (l, "") for l in lines)
+
+
+def as_slurm_job(monkeypatch, job: str | None = None, restart: int = 0) -> None:
+    """Run this process as the ``restart``-th start of SLURM job ``job`` (None: under no scheduler at all)."""
+    for var in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(var, raising=False)
+    if job is not None:
+        monkeypatch.setenv("SLURM_JOB_ID", job)
+        monkeypatch.setenv("SLURM_RESTART_COUNT", str(restart))
+
+
+class SignalAt(pl.Callback):
+    """Sends ``sig`` to this process at the start of optimizer step ``step`` (on ``ranks`` only, default all)."""
+
+    def __init__(self, step: int, sig: int = signal.SIGUSR2, ranks: tuple[int, ...] | None = None) -> None:
+        self.step, self.sig, self.ranks = step, sig, ranks
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step and (self.ranks is None or trainer.global_rank in self.ranks):
+            os.kill(os.getpid(), self.sig)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 
-from cluster_fakes import SignalAt
+from fake_slurm import SignalAt
 from skipless.config import load_config
 from skipless.pretrain import main
 

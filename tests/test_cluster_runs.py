@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from cluster_fakes import SignalAt, fake_slurm, scontrol_calls
+from fake_slurm import FakeSlurm, SignalAt, as_slurm_job
 from skipless.divergence import DivergenceError
 from skipless.errors import EXIT_BUSY, EXIT_PREEMPTED
 from skipless.pretrain import main
@@ -40,11 +40,12 @@ def checkpoint(run) -> dict:
 
 def test_a_time_limit_signal_requeues_and_the_job_requeued_on_another_node_ends_with_the_straight_losses(
         tmp_path, monkeypatch, capsys):
-    fake_slurm(tmp_path, monkeypatch, job=None)
+    slurm = FakeSlurm(tmp_path, monkeypatch)
+    as_slurm_job(monkeypatch, None)
     code, straight = losses_of(tmp_path, monkeypatch, "run.name=straight")
     assert code == 0 and len(straight) == 12
 
-    slurm = fake_slurm(tmp_path, monkeypatch, job="4242", restart=0)
+    as_slurm_job(monkeypatch, "4242", restart=0)
     run = tmp_path / "runs" / "r"
     code, first = losses_of(tmp_path, monkeypatch, "run.name=r", callbacks=[SignalAt(3, signal.SIGUSR2)])
     assert code == EXIT_PREEMPTED
@@ -52,7 +53,7 @@ def test_a_time_limit_signal_requeues_and_the_job_requeued_on_another_node_ends_
     assert ckpt["global_step"] == 4 and ckpt["callbacks"]["LoaderPosition"]["batches_done"] == 4
     assert json.loads((run / "summary.json").read_text())["status"] == "preempted"
     assert not (run / "run.lock").exists()
-    assert scontrol_calls(slurm) == ["requeue 4242"]
+    assert slurm.scontrol_calls() == ["requeue 4242"]
     err = capsys.readouterr().err
     assert "preempted: SIGUSR2 received: stopped after the checkpoint" in err and "requeued SLURM job 4242" in err
 
@@ -70,14 +71,15 @@ def test_a_time_limit_signal_requeues_and_the_job_requeued_on_another_node_ends_
     resumes = [json.loads(line) for line in (run / "resumes.jsonl").read_text().splitlines()]
     assert len(resumes) == 1 and "SLURM job 4242, restart 1" in resumes[0]["said"]
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
-    assert scontrol_calls(slurm) == ["requeue 4242"]  # finished: not requeued again
+    assert slurm.scontrol_calls() == ["requeue 4242"]  # finished: not requeued again
 
 
 def test_sigterm_saves_and_leaves_the_requeue_to_slurm_and_timed_checkpoints_change_nothing(tmp_path, monkeypatch):
-    slurm = fake_slurm(tmp_path, monkeypatch, job="99")
+    slurm = FakeSlurm(tmp_path, monkeypatch)
+    as_slurm_job(monkeypatch, "99")
     run = tmp_path / "runs" / "t"
     code, first = losses_of(tmp_path, monkeypatch, "run.name=t", callbacks=[SignalAt(8, signal.SIGTERM)])
-    assert code == EXIT_PREEMPTED and scontrol_calls(slurm) == []  # pre-emption or scancel: not requeued by the run
+    assert code == EXIT_PREEMPTED and slurm.scontrol_calls() == []  # pre-emption or scancel: not requeued by the run
     assert checkpoint(run)["global_step"] == 9 and len(first) == 9
 
     class LastCheckpointStep(pl.Callback):  # the step of last.ckpt at each step's start
@@ -95,7 +97,7 @@ def test_sigterm_saves_and_leaves_the_requeue_to_slurm_and_timed_checkpoints_cha
     assert code == 0 and len(first + second) == 12
     assert seen.steps == [9, 10, 11]  # each step's start finds the checkpoint of the step before it
 
-    fake_slurm(tmp_path, monkeypatch, job=None)
+    as_slurm_job(monkeypatch, None)
     code, straight = losses_of(tmp_path, monkeypatch, "run.name=straight")
     assert first + second == straight  # neither the stop nor the timed checkpoints changed a loss
 
@@ -111,7 +113,7 @@ class PoisonAt(pl.Callback):
 
 
 def test_a_mid_epoch_checkpoint_never_saves_a_diverged_model(tmp_path, monkeypatch):
-    fake_slurm(tmp_path, monkeypatch, job=None)
+    as_slurm_job(monkeypatch, None)
     monkeypatch.setattr(socket, "gethostname", lambda: "node-a")
     from skipless.config import load_config
     from skipless.pretrain import pretrain
@@ -128,8 +130,10 @@ def test_a_mid_epoch_checkpoint_never_saves_a_diverged_model(tmp_path, monkeypat
                                           ("", True)])
 def test_a_lock_of_another_slurm_job_is_taken_over_only_once_squeue_says_it_is_over(tmp_path, monkeypatch, capsys,
                                                                                   queue, taken):
-    slurm = fake_slurm(tmp_path, monkeypatch, job="4242")
-    (slurm / "queue.txt").write_text(queue + "\n")
+    slurm = FakeSlurm(tmp_path, monkeypatch)
+    as_slurm_job(monkeypatch, "4242")
+    if queue:
+        slurm.set(*queue.split())
     run = tmp_path / "r"
     run.mkdir()
     (run / "run.lock").write_text(json.dumps({"host": "node-z", "pid": 1, "started": "then", "slurm_job": "777",
@@ -147,9 +151,9 @@ def test_a_lock_of_another_slurm_job_is_taken_over_only_once_squeue_says_it_is_o
 
 
 def test_a_lock_whose_job_squeue_cannot_tell_is_kept_and_a_torchrun_restart_takes_its_own_back(tmp_path, monkeypatch):
-    slurm = fake_slurm(tmp_path, monkeypatch, job="4242")
-    (slurm / "bin" / "squeue").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller' >&2"
-                                          "\nexit 1\n")
+    slurm = FakeSlurm(tmp_path, monkeypatch)
+    as_slurm_job(monkeypatch, "4242")
+    slurm.down()  # squeue cannot reach the controller
     run = tmp_path / "r"
     run.mkdir()
     (run / "run.lock").write_text(json.dumps({"host": "node-z", "pid": 1, "slurm_job": "777", "slurm_restart": 0}))
@@ -157,7 +161,7 @@ def test_a_lock_whose_job_squeue_cannot_tell_is_kept_and_a_torchrun_restart_take
         with hold_run_folder(run):
             pass
 
-    fake_slurm(tmp_path, monkeypatch, job=None)
+    as_slurm_job(monkeypatch, None)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "exp1")
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     for restart, taken in ((1, False), (0, True)):  # the same restart may still run; an earlier one is over
@@ -210,7 +214,7 @@ def test_mae_and_supervised_runs_resume_mid_epoch_with_the_straight_losses(tmp_p
     from skipless import pretrain, train
     from tiny_runs import SUP_TINY
 
-    fake_slurm(tmp_path, monkeypatch, job=None)
+    as_slurm_job(monkeypatch, None)
     base = MAE if entry == "mae" else SUP_TINY
     args = [*base, "data.n_train=24", "train.epochs=2", "train.num_workers=1", "train.log_every_n_steps=1",
             f"data.root={tmp_path / 'data'}", f"run.root={tmp_path / 'runs'}"]
