@@ -16,7 +16,7 @@ from skipless.divergence import DivergenceError
 from skipless.errors import EXIT_BUSY, EXIT_PREEMPTED
 from skipless.pretrain import main
 from skipless.training.run_lock import RunFolderBusyError, hold_run_folder
-from tiny_runs import DINO_TINY, Losses
+from tiny_runs import DINO_TINY, Losses, PoisonAt
 
 # 24 images of 4 per step: 6 steps per epoch, 12 in the run; one loader worker, whose random streams a resume
 # must continue (0 workers: tests/test_loader_state.py)
@@ -100,16 +100,6 @@ def test_sigterm_saves_and_leaves_the_requeue_to_slurm_and_timed_checkpoints_cha
     as_slurm_job(monkeypatch, None)
     code, straight = losses_of(tmp_path, monkeypatch, "run.name=straight")
     assert first + second == straight  # neither the stop nor the timed checkpoints changed a loss
-
-
-class PoisonAt(pl.Callback):
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:
-            with torch.no_grad():
-                next(p for p in pl_module.parameters() if p.requires_grad).view(-1)[0] = float("nan")
 
 
 def test_a_mid_epoch_checkpoint_never_saves_a_diverged_model(tmp_path, monkeypatch):

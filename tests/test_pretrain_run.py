@@ -9,6 +9,7 @@ from skipless.config import load_config, load_saved_config
 from skipless.models import load_backbone
 from skipless.pretrain import main, pretrain, run_dir_of
 from skipless.divergence import DivergenceError
+from tiny_runs import PoisonAt
 
 TINY = [
     "model.arch=vit_tiny", "model.depth=2",
@@ -80,18 +81,6 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, data_root)
     assert len(straight.losses) == 8 and len(first.losses) == 4 and len(second.losses) == 4
     torch.testing.assert_close(torch.tensor(first.losses + second.losses), torch.tensor(straight.losses),
                                rtol=1e-5, atol=1e-6)
-
-
-class PoisonAt(pl.Callback):
-    """Writes a NaN into one student weight before the given global step."""
-
-    def __init__(self, step: int):
-        self.step = step
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step == self.step:
-            with torch.no_grad():
-                next(p for p in pl_module.parameters() if p.requires_grad).view(-1)[0] = float("nan")
 
 
 def test_divergence_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(tmp_path, data_root):

@@ -6,6 +6,7 @@ implementation vs another) must not depend on which precision ``auto`` picks on 
 run on (bf16-mixed on a CPU with native bf16 rounds both sides differently). Tests of the mixed
 modes set ``train.precision`` after these keys."""
 import lightning.pytorch as pl
+import torch
 
 DINO_TINY = ["model.arch=vit_tiny", "model.depth=1", "dino.out_dim=32", "dino.hidden_dim=32",
              "dino.bottleneck_dim=16", "dino.global_crop_size=32", "dino.local_crop_size=16",
@@ -25,3 +26,15 @@ class Losses(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.values.append(float(outputs["loss"] if isinstance(outputs, dict) else outputs))
+
+
+class PoisonAt(pl.Callback):
+    """Writes a NaN into one student weight before the given global step."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            with torch.no_grad():
+                next(p for p in pl_module.parameters() if p.requires_grad).view(-1)[0] = float("nan")
