@@ -34,6 +34,9 @@ PREFLIGHT :=
 PREFLIGHT_BATCH :=
 ARGS :=
 PORT := 6006
+# make test's processes (pytest-xdist, one CPU thread each: tests/conftest.py; a module's tests share one). 2: the
+# CI's 2 cores, where the suite took 9 min against 11.5 in one process (docs/results.md); 0: one process
+TEST_WORKERS := 2
 # Dataset roots, which the configs read from the environment too (${oc.env:IMAGENET100_ROOT,...}): an exported
 # value is meant, so these take the shell's.
 IMAGENET_ROOT ?=
@@ -126,6 +129,7 @@ help: ## list targets and variables
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
 	@echo "       interface, so anyone on the network can read the runs)"
 	@echo "  ARGS=\"key=value ...\" free config overrides, e.g. ARGS=\"train.epochs=300 run.name=x\""
+	@echo "  TEST_WORKERS=2 (make test: its pytest-xdist processes, one CPU thread each; 0 runs it in one process)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -184,8 +188,8 @@ bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (D
 tensorboard: $(STAMP) ## browse training and evaluation runs on http://127.0.0.1:6006: PORT= HOST=
 	$(PY) -m skipless.tensorboard_page --logdir runs --host $(TB_HOST) --port $(PORT)
 
-test: $(STAMP) ## run the test suite (GPU tests skip themselves without a GPU)
-	$(PY) -m pytest -q
+test: $(STAMP) ## run the test suite (GPU tests skip themselves without a GPU): TEST_WORKERS=2 processes (pytest-xdist)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope
 
 clean: ## remove caches (keeps .venv, data/ and runs/)
 	rm -rf .pytest_cache build src/*.egg-info
