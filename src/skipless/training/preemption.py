@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 
 from ..errors import EXIT_PREEMPTED, SkiplessError
 from .callbacks import EpochCheckpoint, raise_if_diverged
@@ -118,9 +119,9 @@ class StopOnSignal(pl.Callback):
                 return False, False
         due = bool(self.every_s) and time.monotonic() - self._last_save >= self.every_s
         signalled = self.received is not None
-        if trainer.world_size > 1:
-            signalled = trainer.strategy.reduce_boolean_decision(signalled, all=False)
-            due = trainer.strategy.reduce_boolean_decision(due, all=False)
+        if trainer.world_size > 1:  # one all-reduce: has any rank been signalled, is any rank's clock due
+            flags = torch.tensor([float(signalled), float(due)], device=trainer.strategy.root_device)
+            signalled, due = (v > 0 for v in trainer.strategy.reduce(flags, reduce_op="sum").tolist())
         return signalled, due
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
