@@ -369,3 +369,20 @@ def test_a_pretraining_names_every_bad_and_small_file_once_with_its_reason_acros
     assert summary["skipped_files"] == [str(images / n) for n in sorted(kinds)]
     assert summary["skipped_reasons"][str(images / "zz_text.jpg")] == "not an image PIL can identify"
     assert summary["small_images"] == 2 and summary["small_files"] == [str(images / "thin.png"), str(images / "tiny.png")]
+
+
+def test_the_evaluators_handful_of_images_skips_a_bomb_and_says_so(tmp_path, capsys):
+    """PCA and conditioning read their few images through the same decoder: a bomb among them is passed over."""
+    from omegaconf import OmegaConf
+
+    from eval.shared.square_images import load_images
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    picture(folder / "a.png")
+    png_claiming(folder / "b_bomb.png", 20000, 20000)
+    picture(folder / "c.png", seed=1)
+    cfg = OmegaConf.create({"images": str(folder), "num_images": 2, "image_size": 32, "roots": {"default": None}})
+    found = load_images(cfg)
+    assert found.names == ["a.png", "c.png"] and found.x.shape == (2, 3, 32, 32)
+    assert "b_bomb.png (DecompressionBombError)" in capsys.readouterr().out

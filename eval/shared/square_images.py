@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
-from PIL import Image, UnidentifiedImageError
 
 from skipless.data import DatasetNotFoundError, ImageFolderDataset, MalformedDatasetError, VOCImages
+from skipless.data.image_folder import READ_ERRORS, decode_rgb
 
 from .images import normalized, square_crop
 
@@ -50,9 +50,8 @@ def load_images(cfg: DictConfig) -> SquareImages:
         if len(names) == wanted:
             break
         try:
-            with Image.open(path) as image:
-                rgb = image.convert("RGB")  # decodes fully: truncated files fail here
-        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as err:
+            rgb = decode_rgb(path)  # decodes fully: truncated files fail here
+        except READ_ERRORS as err:  # a decompression bomb too (skipless/data/reads.py)
             skipped.append(f"{name} ({type(err).__name__})")
             continue
         names.append(name)
