@@ -51,6 +51,7 @@ def test_a_time_limit_signal_requeues_and_the_job_requeued_on_another_node_ends_
     assert code == EXIT_PREEMPTED
     ckpt = checkpoint(run)  # the step the signal came in finished, then last.ckpt was written mid-epoch
     assert ckpt["global_step"] == 4 and ckpt["callbacks"]["LoaderPosition"]["batches_done"] == 4
+    assert ckpt["skipless_config"]["run"]["name"] == "r"  # every checkpoint carries the run's config
     assert json.loads((run / "summary.json").read_text())["status"] == "preempted"
     assert not (run / "run.lock").exists()
     assert slurm.scontrol_calls() == ["requeue 4242"]

@@ -26,9 +26,10 @@ class Strategy:
 
 
 def module(every=5, others=(), attached=True):
-    """What ``stop_if_diverged`` uses of a LightningModule: ``cfg``, ``base_lr()`` and its trainer."""
-    trainer = SimpleNamespace(log_every_n_steps=every, default_root_dir="runs/x", strategy=Strategy(others))
-    return SimpleNamespace(cfg=load_config("pretrain", []), base_lr=lambda: 1e-3,
+    """What ``stop_if_diverged`` uses of a LightningModule: ``cfg`` and its trainer (with its world size)."""
+    trainer = SimpleNamespace(log_every_n_steps=every, default_root_dir="runs/x", strategy=Strategy(others),
+                              world_size=1 + len(others))
+    return SimpleNamespace(cfg=load_config("pretrain", []),
                            _trainer=trainer if attached else None, trainer=trainer if attached else None)
 
 

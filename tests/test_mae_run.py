@@ -11,6 +11,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import skipless.ssl.mae.module as mae_module
+from skipless.summary import module_peak_lr
 from skipless.config import load_config
 from skipless.models import load_backbone
 from skipless.pretrain import main, pretrain, run_dir_of
@@ -87,7 +88,7 @@ def test_param_groups_betas_constant_weight_decay_and_no_clipping(tmp_path, data
     np.testing.assert_allclose(module.schedules["wd"], 0.05)
     # MAE's lr_sched, every step: base x s / W in the warm-up (1 epoch), then the cosine to min_lr
     steps, lr = trainer.num_training_batches, module.schedules["lr"]
-    base, w = module.base_lr(), steps * int(cfg.optim.warmup_epochs)
+    base, w = module_peak_lr(module), steps * int(cfg.optim.warmup_epochs)
     assert len(lr) == 2 * steps and lr.tolist() == pytest.approx(
         [base * i / w if i < w else cfg.optim.min_lr + (base - cfg.optim.min_lr) * 0.5 * (
             1 + np.cos(np.pi * (i - w) / (len(lr) - w))) for i in range(len(lr))], rel=1e-12, abs=1e-18)

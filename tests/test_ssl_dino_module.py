@@ -140,11 +140,13 @@ def test_multicrop_net_groups_equal_sizes_without_changing_results():
 
 def test_peak_lr_follows_the_global_batch():
     from types import SimpleNamespace
+
+    from skipless.summary import module_peak_lr
     cfg = load_config("pretrain", [*TINY, "optim.lr_scale=2.0"])
     module = DINO(cfg, partial(backbone_factory, cfg))
     for world in (1, 2, 16):
         module._trainer = SimpleNamespace(world_size=world)
-        assert math.isclose(module.base_lr(), cfg.optim.lr * 2.0 * 4 * world / 256)
+        assert math.isclose(module_peak_lr(module), cfg.optim.lr * 2.0 * 4 * world / 256)
 
 
 def test_model_keys_reach_the_backbone_and_its_saved_arguments():

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig
 
 from .errors import SkiplessError
-from .summary import lr_key
+from .summary import lr_key, module_peak_lr
 
 
 class DivergenceError(SkiplessError, RuntimeError):
@@ -68,7 +68,8 @@ def loss_watch(module: pl.LightningModule) -> LossWatch:
 
 def stop_if_diverged(module: pl.LightningModule, loss: torch.Tensor, step: int) -> None:
     """Record this step's loss (module docstring) and, at a reading step, raise ``DivergenceError`` (the
-    sentence below) when any rank has seen a non-finite loss. ``module`` has ``cfg`` and ``base_lr()``."""
+    sentence below) when any rank has seen a non-finite loss. ``module`` has ``cfg`` (its peak lr:
+    ``summary.module_peak_lr``)."""
     loss_watch(module).record(loss, step)
     if module._trainer is None or (step + 1) % max(int(module.trainer.log_every_n_steps), 1) == 0:
         raise_if_loss_diverged(module)
@@ -84,7 +85,7 @@ def raise_if_loss_diverged(module: pl.LightningModule) -> None:
     if first is not None:
         run_dir = Path(module.trainer.default_root_dir) if attached else None
         step, value = first
-        raise DivergenceError(divergence_message(module.cfg, step, f"loss {value}", module.base_lr(), run_dir))
+        raise DivergenceError(divergence_message(module.cfg, step, f"loss {value}", module_peak_lr(module), run_dir))
 
 
 def divergence_message(cfg: DictConfig, step: int, what: str, peak: float, run_dir: Path | None = None) -> str:

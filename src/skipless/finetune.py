@@ -37,7 +37,8 @@ from .models.backbone_items import RANDOM, BackboneSpec, newest_run, resolve_bac
 from .models.checkpoint import BackboneLoadError
 from .models.from_config import ARCHITECTURE_KEYS, model_keys_of
 from .supervised.classifier import classifier_backbone
-from .train import check_config, run_command, run_training
+from .train import check_config, run_training
+from .training.interrupt import run_command
 from .training.run_plan import RunPlan
 
 # What each kind of CKPT item is, in the header's words (models/backbone_items.BackboneSpec.kind).

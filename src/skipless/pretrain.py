@@ -24,16 +24,14 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import ConfigError, load_config
-from .errors import SkiplessError
 from .models.from_config import vit_from_config
 from .ssl import METHODS, Method, method_of
 from .summary import pretrain_header
 from .training.callbacks import KNNMonitor
-from .training.closing_lines import closing_lines
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
 from .training.loader_state import ResumableLoader
 from .training.diagnostics_callbacks import diagnostics_callbacks
-from .training.interrupt import fit, run_ended
+from .training.interrupt import fit, run_command
 from .training.preflight import check_run_folder
 from .training.rank_monitor import RankMonitor
 from .training.run_lock import hold_run_folder
@@ -139,24 +137,19 @@ def run_pretraining(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.
 
 def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:
     """The command line; ``extra_callbacks`` join the run's own (a caller's measurements: the pre-flight times the steps)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    run_dir = None
-    try:
-        cfg = load_config("pretrain", argv)
+    methods: list[Method] = []
+
+    def plan_of(args: list[str]) -> RunPlan:
+        cfg = load_config("pretrain", args)
         method, plan = check_config(cfg)
-        run_dir = plan.run_dir
-        print(pretrain_header(cfg, run_dir, precision=plan.described_precision, method_lines=method.header(cfg)),
+        methods.append(method)
+        print(pretrain_header(cfg, plan.run_dir, precision=plan.described_precision, method_lines=method.header(cfg)),
               flush=True)
-        trainer, _ = run_pretraining(method, plan, extra_callbacks)
-    except (SkiplessError, KeyboardInterrupt) as err:
-        return run_ended(err, argv, run_dir)
-    if not trainer.is_global_zero:
-        return 0
-    for line in closing_lines(trainer):
-        print(line, flush=True)
-    print(f"done: {method.exported} backbone at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard",
-          flush=True)
-    return 0
+        return plan
+
+    return run_command(list(sys.argv[1:] if argv is None else argv), "pretrain", plan_of,
+                       lambda plan: run_pretraining(methods[-1], plan, extra_callbacks)[0],
+                       lambda: f"{methods[-1].exported} backbone")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,14 @@ def peak_lr(cfg: Mapping, world: int | None = None) -> float:
     return float(o["lr"]) * float(o["lr_scale"]) * global_batch(cfg, world) / 256.0
 
 
+def module_peak_lr(module: Any) -> float:
+    """``peak_lr`` of a training module's ``cfg`` at its trainer's world size once a trainer runs it (before: the
+    config's): the lr its schedule peaks at and a divergence message names, the same rule for every method (DINO's
+    and MAE's linear scaling, the supervised recipes')."""
+    trainer = getattr(module, "_trainer", None)
+    return peak_lr(module.cfg, trainer.world_size if trainer is not None else None)
+
+
 def describe_batch(cfg: Mapping, world: int | None = None) -> str:
     """``1024 = 64/device x 8 devices x 2 accumulation steps`` (``train.global_batch=1024``), or
     ``32 = 32/device x 1 device, no accumulation`` (null, or a global batch one step fills); raises the

@@ -18,17 +18,15 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import load_config
-from .errors import SkiplessError
 from .summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr, threads_line
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
-from .training.closing_lines import closing_lines
 from .training.diagnostics_callbacks import diagnostics_callbacks
 from .training.data import evenly_spaced
 from .training.rank_monitor import RankMonitor
 from .training.collapse import SupervisedCollapse
-from .training.interrupt import fit, run_ended
+from .training.interrupt import fit, run_command
 from .training.preflight import check_run_folder
 from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
@@ -113,24 +111,6 @@ def run_training(plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
             record_start(cfg, run_dir, start)
         fit(trainer, module, loaders[0], ckpt_path=start.ckpt_path, val_loader=loaders[1])
     return trainer, module
-
-
-def run_command(argv: list[str], target: str, plan_of: Callable[[list[str]], RunPlan],
-                train_plan: Callable[[RunPlan], pl.Trainer], what: str = "backbone") -> int:
-    """A training command line (``make train``, ``make finetune``): the plan, the run, one sentence for a bad
-    value or a Ctrl-C (with the command that resumes), the closing lines; the exit status."""
-    run_dir = None
-    try:
-        plan = plan_of(argv)
-        run_dir = plan.run_dir
-        trainer = train_plan(plan)
-    except (SkiplessError, KeyboardInterrupt) as err:
-        return run_ended(err, argv, run_dir, target)
-    if trainer.is_global_zero:
-        for line in closing_lines(trainer):
-            print(line, flush=True)
-        print(f"done: {what} at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
-    return 0
 
 
 def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callback] = ()) -> int:

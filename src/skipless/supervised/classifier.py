@@ -35,10 +35,10 @@ from ..optim import optimizer_from_config
 from ..optim.param_groups import layer_decay_groups, param_groups
 from ..optim.schedules import cosine_schedule
 from ..step_scalars import device_scalars
-from ..summary import peak_lr
+from ..summary import module_peak_lr
 from ..training.collapse import ClassCounts
 from ..training.micro_batches import micro_steps
-from ..training.module_contract import start_step
+from ..training.module_contract import start_step, steps_per_epoch
 from .augment import batch_mixer
 
 
@@ -80,7 +80,6 @@ class Supervised(pl.LightningModule):
         self.val_top1 = MulticlassAccuracy(self.num_classes, top_k=1, average="micro")
         self.val_top5 = MulticlassAccuracy(self.num_classes, top_k=top5, average="micro")
         self.val_counts = ClassCounts(self.num_classes)  # read by the collapse monitor (training/collapse.py)
-        self.schedules: dict[str, np.ndarray] = {}
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.backbone(images))
@@ -94,18 +93,12 @@ class Supervised(pl.LightningModule):
         """The backbone the optimiser trains: the exported one (a classifier has no second copy)."""
         return self.backbone
 
-    def base_lr(self) -> float:
-        """Peak lr for the global batch (``summary.peak_lr``: lr x lr_scale x global batch / 256)."""
-        return peak_lr(self.cfg, self.trainer.world_size if self._trainer is not None else None)
-
     # ---- Lightning hooks ------------------------------------------------------------------------
     def configure_optimizers(self):
         o, t = self.cfg.optim, self.cfg.train
-        if self.trainer.train_dataloader is None:  # its length per rank defines the per-step schedules
-            self.trainer.fit_loop.setup_data()
-        steps, epochs = int(self.trainer.num_training_batches), int(t.epochs)
+        steps, epochs = steps_per_epoch(self), int(t.epochs)
         self.schedules = {
-            "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
+            "lr": cosine_schedule(module_peak_lr(self), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
             "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
         }
         groups = (param_groups(self) if float(o.layer_decay) == 1.0
@@ -165,5 +158,3 @@ class Supervised(pl.LightningModule):
                   flush=True)
             self.last_val = {"epoch": self.current_epoch + 1, "top1": float(top1) * 100, "top5": float(top5) * 100}
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["skipless_config"] = OmegaConf.to_container(self.cfg, resolve=True)

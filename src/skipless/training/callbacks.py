@@ -17,11 +17,13 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
+from omegaconf import OmegaConf
 
 from ..analysis.knn import knn_accuracy
 from ..atomic import DiskFullError, atomic_write, size_text
 from ..divergence import DivergenceError, divergence_message, raise_if_loss_diverged
 from ..models import create_vit, save_backbone
+from ..summary import module_peak_lr
 from ..world import isolated_rng
 from .run_summary import RunSummary  # noqa: F401  (the run summary lives in its own module; imported from here)
 
@@ -44,7 +46,7 @@ def raise_if_diverged(trainer: pl.Trainer, pl_module: pl.LightningModule) -> Non
     if trainer.strategy.reduce_boolean_decision(bad is not None, all=False):
         raise DivergenceError(divergence_message(pl_module.cfg, trainer.global_step,
                                                  f"non-finite parameter {bad or 'on another rank'}",
-                                                 pl_module.base_lr(), Path(trainer.default_root_dir)))
+                                                 module_peak_lr(pl_module), Path(trainer.default_root_dir)))
 
 
 class RNGState(pl.Callback):
@@ -154,6 +156,10 @@ class EpochCheckpoint(pl.Callback):
         self.dirpath, self.keep_all, self.exports = Path(dirpath), keep_all, exports
         self.good: str | None = None  # where the last checkpoint written stands ("epoch 3"; None: none yet)
         self.exported_epoch: int | None = None  # the epoch backbone.pt holds
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
+        """Every Lightning checkpoint carries the run's resolved config, whatever the method (``skipless_config``)."""
+        checkpoint["skipless_config"] = OmegaConf.to_container(pl_module.cfg, resolve=True)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if (self.dirpath / "last.ckpt").is_file():

@@ -6,8 +6,9 @@ ignores further Ctrl-C and ends with ``sys.exit(1)``. ``fit`` turns that exit ba
 ``KeyboardInterrupt`` it was, so the entry point can print ``resume_message`` and exit with 130
 (the shell's status for SIGINT); a Ctrl-C outside the fit arrives as a plain ``KeyboardInterrupt``.
 
-``run_ended`` is the one ending of the entry points (``make pretrain``, ``make train``, ``make finetune``):
-a ``SkiplessError`` is one sentence and its ``exit_status``; a signal's ``RunPreempted`` (``preemption.py``)
+``run_command`` is the one command line of the training entry points (``make pretrain``, ``make train``,
+``make finetune``): the plan, the run, and its end. ``run_ended`` is that end when the run does not finish: a
+``SkiplessError`` is one sentence and its ``exit_status``; a signal's ``RunPreempted`` (``preemption.py``)
 requeues the job where it should and says how the run goes on (status 75); Ctrl-C says how to resume.
 """
 from __future__ import annotations
@@ -15,12 +16,14 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import lightning.pytorch as pl
 
 from ..errors import EXIT_INTERRUPTED, SkiplessError, user_message
+from .closing_lines import closing_lines
 from .preemption import RunPreempted, StopOnSignal, after_preemption
+from .run_plan import RunPlan
 from .run_start import checkpoint_position
 
 
@@ -76,3 +79,24 @@ def run_ended(err: BaseException, argv: Sequence[str], run_dir: Path | None, tar
         return err.exit_status
     print(f"error: {resume_message(argv, run_dir, target=target)}", file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+def run_command(argv: list[str], target: str, plan_of: Callable[[list[str]], RunPlan],
+                train_plan: Callable[[RunPlan], pl.Trainer], what: str | Callable[[], str] = "backbone") -> int:
+    """A training command line (``make <target>``): ``plan_of(argv)`` checks the config and resolves the run (an
+    entry point prints its header there), ``train_plan(plan)`` trains it; then the closing lines and where the
+    exported backbone is (``what``: its name, or a function giving it once the plan exists), or ``run_ended``'s
+    sentence for a run that did not finish. Returns the exit status."""
+    run_dir = None
+    try:
+        plan = plan_of(argv)
+        run_dir = plan.run_dir
+        trainer = train_plan(plan)
+    except (SkiplessError, KeyboardInterrupt) as err:
+        return run_ended(err, argv, run_dir, target)
+    if trainer.is_global_zero:
+        for line in closing_lines(trainer):
+            print(line, flush=True)
+        name = what() if callable(what) else what
+        print(f"done: {name} at {run_dir / 'backbone.pt'}; TensorBoard: make tensorboard", flush=True)
+    return 0

@@ -5,8 +5,13 @@ gives the shared parts of ``training/``, and the start of its optimizer step, wr
 checks all three): the checked config (``cfg``), the per-step schedules (``schedules``), the backbone
 ``backbone.pt`` holds and every evaluator reads (``exported_backbone``: DINO's teacher, MAE's encoder, the
 classifier's ViT), the backbone the optimiser trains, which the diagnostics measure (``trained_backbone``:
-DINO's student), and the base lr a divergence message names (``base_lr``). The self-supervised methods add
-what ``make pretrain`` needs around the module (``skipless.ssl.Method``: views, rules, monitors, header).
+DINO's student). The self-supervised methods add what ``make pretrain`` needs around the module
+(``skipless.ssl.Method``: views, rules, monitors, header).
+
+**What no module writes itself**, the same for every method: its peak lr (``summary.module_peak_lr``: the
+config's rule at the trainer's world size, which the schedules and a divergence message both use), its optimizer
+steps per epoch (``steps_per_epoch``, which the per-step schedules are built for in ``configure_optimizers``) and
+the resolved config in every Lightning checkpoint (``EpochCheckpoint.on_save_checkpoint``).
 
 **The start of a step.** Each module owns a dict of per-step schedules (``schedules``: ``lr`` and ``wd``, DINO's
 ``momentum`` and ``teacher_temp`` too, ``optim/schedules.py``) and trains with manual optimisation, so each
@@ -42,7 +47,15 @@ class TrainedModule(Protocol):
 
     def trained_backbone(self) -> nn.Module: ...
 
-    def base_lr(self) -> float: ...
+
+def steps_per_epoch(module: Any) -> int:
+    """The optimizer steps of one epoch on this rank, which the per-step schedules are built for: the training
+    loader is set up first when Lightning has not yet (``configure_optimizers`` runs before it), so the count is
+    the loader's after DDP sharding, ``limit_train_batches`` and the accumulation steps (``training/data.py``)."""
+    trainer = module.trainer
+    if trainer.train_dataloader is None:
+        trainer.fit_loop.setup_data()
+    return int(trainer.num_training_batches)
 
 
 class StepStart(NamedTuple):

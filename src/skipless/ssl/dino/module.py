@@ -58,7 +58,7 @@ from typing import Any, Callable
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 from torch.profiler import record_function
 
@@ -69,10 +69,10 @@ from ...optim import optimizer_from_config
 from ...optim.param_groups import clip_gradients_per_parameter, param_groups
 from ...optim.schedules import cosine_schedule, linear_then_constant
 from ...step_scalars import device_scalars
-from ...summary import number_text, peak_lr
+from ...summary import module_peak_lr, number_text
 from ...training.collapse import CollapseMonitor
 from ...training.micro_batches import micro_steps
-from ...training.module_contract import start_step
+from ...training.module_contract import start_step, steps_per_epoch
 from ...training.run_plan import refuse_unsynced_batchnorm
 from ..method import Method
 from .schema import RELATIONS, RULES
@@ -138,7 +138,6 @@ class DINO(pl.LightningModule):
         self.student.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))  # the teacher has no backward
         self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
                                 center_momentum=d.center_momentum)
-        self.schedules: dict[str, np.ndarray] = {}  # per-step values, built in configure_optimizers
 
     # ---- the pieces other code uses -------------------------------------------------------------
     def teacher_backbone(self) -> nn.Module:
@@ -153,24 +152,14 @@ class DINO(pl.LightningModule):
         """What ``backbone.pt`` holds and the k-NN monitor scores: the teacher's backbone."""
         return self.teacher_backbone()
 
-    def base_lr(self) -> float:
-        """Peak lr for the global batch: ``optim.lr * lr_scale * global batch / 256`` (DINO's linear scaling
-        rule, ``summary.peak_lr``; the global batch counts the accumulated micro-batches), at the trainer's
-        world size once attached."""
-        return peak_lr(self.cfg, self.trainer.world_size if self._trainer is not None else None)
-
     # ---- Lightning hooks ------------------------------------------------------------------------
     def configure_optimizers(self):
         o, t = self.cfg.optim, self.cfg.train
-        # The train loader is set up here so its length (per rank, after DDP sharding and
-        # limit_train_batches) defines the per-step schedules.
-        if self.trainer.train_dataloader is None:
-            self.trainer.fit_loop.setup_data()
-        steps = int(self.trainer.num_training_batches)
-        epochs = int(t.epochs)
+        steps, epochs = steps_per_epoch(self), int(t.epochs)
         d = self.cfg.dino
         self.schedules = {
-            "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
+            # DINO's linear scaling rule: optim.lr x lr_scale x global batch / 256 (summary.peak_lr)
+            "lr": cosine_schedule(module_peak_lr(self), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
             "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
             "momentum": cosine_schedule(d.momentum_teacher, 1.0, epochs, steps),
             "teacher_temp": linear_then_constant(d.warmup_teacher_temp, d.teacher_temp,
@@ -222,9 +211,6 @@ class DINO(pl.LightningModule):
                            "watch/dino/teacher_entropy": entropy, **device_scalars(schedule, self.device)},
                           on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
         return loss
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["skipless_config"] = OmegaConf.to_container(self.cfg, resolve=True)
 
     # ---- internals ------------------------------------------------------------------------------
     @torch.no_grad()

@@ -65,7 +65,7 @@ from typing import Callable
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import default_collate
 from torchvision.utils import make_grid, save_image
@@ -81,10 +81,10 @@ from ...optim import optimizer_from_config
 from ...optim.param_groups import clip_gradients_per_parameter, param_groups
 from ...optim.schedules import cosine_schedule
 from ...step_scalars import device_scalars
-from ...summary import number_text, peak_lr
+from ...summary import module_peak_lr, number_text
 from ...training.data import diagnostic_images
 from ...training.micro_batches import micro_steps
-from ...training.module_contract import start_step
+from ...training.module_contract import start_step, steps_per_epoch
 from ..method import Method
 from .autoencoder import MaskedAutoencoder, mean_patch_baseline, normalized_target, patchify, unpatchify, view_from_config
 from .decoder import mirror_skip_pairs
@@ -124,7 +124,6 @@ class MAE(pl.LightningModule):
             skip_pairs=skip_pairs_of(cfg, len(encoder.blocks)))
         compile_in_place((self.net.encoder,), bool(cfg.train.compile))
         self.net.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))
-        self.schedules: dict[str, np.ndarray] = {}  # per-step values, built in configure_optimizers
 
     # ---- the pieces other code uses -------------------------------------------------------------
     def trained_backbone(self) -> nn.Module:
@@ -135,18 +134,12 @@ class MAE(pl.LightningModule):
         """What ``backbone.pt`` holds and the k-NN monitor scores: the encoder."""
         return self.net.encoder
 
-    def base_lr(self) -> float:
-        """Peak lr for the global batch: ``optim.lr * lr_scale * global batch / 256`` (MAE's rule too)."""
-        return peak_lr(self.cfg, self.trainer.world_size if self._trainer is not None else None)
-
     # ---- Lightning hooks ------------------------------------------------------------------------
     def configure_optimizers(self):
         o, t = self.cfg.optim, self.cfg.train
-        if self.trainer.train_dataloader is None:  # its length defines the per-step schedules
-            self.trainer.fit_loop.setup_data()
-        steps, epochs = int(self.trainer.num_training_batches), int(t.epochs)
+        steps, epochs = steps_per_epoch(self), int(t.epochs)
         self.schedules = {
-            "lr": cosine_schedule(self.base_lr(), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs,
+            "lr": cosine_schedule(module_peak_lr(self), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs,
                                   warmup_reaches_base=False),  # MAE's lr_sched: base x s / W in the warm-up
             "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
         }
@@ -174,9 +167,6 @@ class MAE(pl.LightningModule):
                                                                        torch.cat(masks), self.net.norm_pix_loss)
         self.log_dict(scalars, on_step=True, prog_bar=False, batch_size=images.shape[0])
         return loss
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["skipless_config"] = OmegaConf.to_container(self.cfg, resolve=True)
 
 
 GREY = 0.5  # a masked patch in the display image
