@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from skipless.analysis.condition_number import dense_condition
+from skipless.analysis.condition_number import Solver, dense_condition
 from skipless.analysis.jacobians import network_jacobian_condition, network_jacobian_dense
 from skipless.models import create_vit
 
@@ -40,7 +40,7 @@ def dense_vs_free() -> dict[str, Any]:
     images = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     jac, dense_s = _timed(lambda: network_jacobian_dense(model, images, max_entries=5e7))
     dense, svd_s = _timed(lambda: dense_condition(jac, gram=True))
-    free, free_s = _timed(lambda: network_jacobian_condition(model, images, max_iter=480))
+    free, free_s = _timed(lambda: network_jacobian_condition(model, images, Solver(max_iter=480)))
     return {"shape_of_J": list(jac.shape), "dense_s": dense_s + svd_s, "matrix_free_s": free_s,
             "products": free.iterations, "kappa_dense": dense.value, "kappa_matrix_free": free.value,
             "largest_rel_gap": abs(free.largest / dense.largest - 1), "smallest_rel_gap": abs(free.smallest / dense.smallest - 1)}
@@ -53,7 +53,7 @@ def vit_s(quick: bool) -> list[dict[str, Any]]:
         torch.manual_seed(0)
         model = create_vit("vit_small", residual=residual, init=init).eval()
         max_iter = 4 if quick else 300
-        c, seconds = _timed(lambda: network_jacobian_condition(model, image, max_iter=max_iter))
+        c, seconds = _timed(lambda: network_jacobian_condition(model, image, Solver(max_iter=max_iter)))
         rows.append({"model": f"{residual}+{init}", "size_of_JJt": c.dim, "products": c.iterations,
                      "s_per_product": seconds / max(1, c.iterations), "total_s": seconds, "kappa": c.short()})
     return rows

@@ -35,6 +35,7 @@ import time
 
 import torch
 
+from skipless.analysis.condition_number import Solver
 from skipless.analysis.jacobians import gram_matvec, _network, block_jacobian_conditions, network_jacobian_condition
 from skipless.models import create_vit
 from skipless.models.attention import use_explicit_attention
@@ -67,7 +68,7 @@ def main(what: str, px: int, dtypes=(torch.float64, torch.float32)) -> None:
         model, image = model_and_image(residual, init, px)
         if what == "blocks":
             start = time.perf_counter()
-            conds = block_jacobian_conditions(model, image, [0, 4, 7, 11], max_iter=MAX_ITER)
+            conds = block_jacobian_conditions(model, image, [0, 4, 7, 11], Solver(max_iter=MAX_ITER))
             total = time.perf_counter() - start
             cells = "  ".join(f"L{b} attn {c['attn'].short()} ({c['attn'].iterations} it) mlp {c['mlp'].short()} "
                               f"({c['mlp'].iterations} it)" for b, c in conds.items())
@@ -78,7 +79,7 @@ def main(what: str, px: int, dtypes=(torch.float64, torch.float32)) -> None:
             line = f"{px}px {residual}+{init} {str(dtype)[6:]}: {per:.2f} s per JJ^T product"
             if what == "network":
                 start = time.perf_counter()
-                c = network_jacobian_condition(model, image, max_iter=MAX_ITER, dtype=dtype)
+                c = network_jacobian_condition(model, image, Solver(max_iter=MAX_ITER, dtype=dtype))
                 total = time.perf_counter() - start
                 line += (f"; kappa {c.short()} in {c.iterations} iterations, {total:.0f} s; lambda_max "
                          f"{c.largest:.6g} (res {c.largest_residual:.2g}) lambda_min {c.smallest:.6g} "

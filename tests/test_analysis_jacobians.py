@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from skipless.analysis.condition_number import DIVERGED, NUMERICALLY_ZERO, Condition, zero_threshold
+from skipless.analysis.condition_number import DIVERGED, NUMERICALLY_ZERO, Condition, Solver, zero_threshold
 from skipless.analysis.jacobians import (
     JacobianArgumentError, JacobianTooLargeError, block_jacobian_conditions, network_jacobian_condition,
     network_jacobian_dense, sub_block_jacobian_dense,
@@ -57,7 +57,7 @@ def test_network_condition_matches_the_dense_jacobian(residual, init):
     jac = network_jacobian_dense(model, x)
     n_params = sum(p.numel() for p in model.blocks.parameters())
     assert jac.shape == (embed_tokens(model, x).numel(), n_params) and jac.dtype == torch.float64
-    c = network_jacobian_condition(model, x, tol=1e-4)
+    c = network_jacobian_condition(model, x, Solver(tol=1e-4))
     assert c.method == "lanczos" and c.dim == jac.shape[0]
     assert_matches(c, gram_eigenvalues(jac))
 
@@ -89,7 +89,7 @@ def test_dense_jacobian_columns_are_finite_differences_of_the_blocks():
 def test_block_conditions_match_dense_kernels(residual, init):
     model = tiny(residual, init)
     x = image()
-    conds = block_jacobian_conditions(model, x, [0, 1], tol=1e-4)
+    conds = block_jacobian_conditions(model, x, [0, 1], Solver(tol=1e-4))
     assert sorted(conds) == [0, 1]
     ref = model.double()  # after the call: it must not have relied on the caller's dtype
     h = embed_tokens(ref, x.double())
@@ -116,8 +116,8 @@ def test_shortcut_adds_the_identity_to_the_branch_kernel():
 def test_callers_model_is_unchanged():
     model = tiny("skipless", "cutskip")
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    network_jacobian_condition(model, image(), max_iter=5)
-    block_jacobian_conditions(model, image(), [1], max_iter=5)
+    network_jacobian_condition(model, image(), Solver(max_iter=5))
+    block_jacobian_conditions(model, image(), [1], Solver(max_iter=5))
     after = model.state_dict()
     assert all(after[k].dtype == torch.float32 and torch.equal(after[k], v) for k, v in before.items())
     assert not model.training

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from skipless.analysis.condition_number import (
-    NUMERICALLY_ZERO, OVERFLOW, Condition, DenseMatrixError, dense_condition, numerically_zero, operator_condition,
+    NUMERICALLY_ZERO, OVERFLOW, Condition, DenseMatrixError, Solver, dense_condition, numerically_zero, operator_condition,
     svd_condition,
 )
 from skipless.analysis.lanczos import LanczosArgumentError, extreme_eigenvalues
@@ -66,7 +66,7 @@ def test_exhausted_krylov_space_is_exact():
 
 def test_singular_matrix_is_infinite_with_the_reason():
     a = spd(100, 50.0, seed=1, singular=2)
-    c = operator_condition(as_matvec(a), 100, max_iter=100)
+    c = operator_condition(as_matvec(a), 100, Solver(max_iter=100))
     assert c.value == math.inf and c.reason == NUMERICALLY_ZERO
     d = dense_condition(a)
     assert d.value == math.inf and d.reason == NUMERICALLY_ZERO
@@ -76,7 +76,7 @@ def test_singular_matrix_is_infinite_with_the_reason():
 def test_too_few_iterations_give_a_flagged_lower_bound():
     a = spd(300, 1e4, seed=2)
     ref = np.linalg.eigvalsh(a)
-    c = operator_condition(as_matvec(a), 300, max_iter=5)
+    c = operator_condition(as_matvec(a), 300, Solver(max_iter=5))
     assert not c.converged and c.reason is None and c.iterations == 5
     assert c.value < ref[-1] / ref[0]
     assert c.largest <= ref[-1] * (1 + 1e-12) and c.smallest >= ref[0]

@@ -3,7 +3,7 @@ No test waits on a clock: a budget of ~0 s stops every solve after its first pro
 import pytest
 import torch
 
-from skipless.analysis.condition_number import dense_condition, operator_condition
+from skipless.analysis.condition_number import Solver, dense_condition, operator_condition
 from skipless.analysis.diagnostics import DiagnosticSettings, diagnose
 from skipless.analysis.solve_budget import SolveBudget
 from skipless.models import create_vit
@@ -20,7 +20,7 @@ def test_a_solve_reports_its_products_ritz_values_residuals_and_time():
     a, matvec = _spread_operator()
     lines = []
     budget = SolveBudget(None, {"kappa_A": 1.0}, report=lines.append, every_s=0.0)
-    c = operator_condition(matvec, a.shape[0], max_iter=5, watch=budget.watch("kappa_A"))
+    c = operator_condition(matvec, a.shape[0], Solver(max_iter=5), watch=budget.watch("kappa_A"))
     assert not c.budget_spent and c.iterations == 5 and len(lines) == 5  # one per product
     assert lines[0].startswith("kappa_A: 1 products, largest ") and "residual" in lines[0] and lines[0].endswith(" s")
 

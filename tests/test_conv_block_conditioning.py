@@ -10,7 +10,7 @@ import torch
 from torch.autograd.functional import jacobian
 
 from eval.conditioning.run import main
-from skipless.analysis.condition_number import NUMERICALLY_ZERO
+from skipless.analysis.condition_number import NUMERICALLY_ZERO, Solver
 from skipless.analysis.conv_block_conditioning import block_inputs, block_maps, conv_block_conditions
 from skipless.models.checkpoint import save_backbone
 from skipless.models.decay import block_gains
@@ -104,7 +104,7 @@ def test_lanczos_kappa_matches_numpys_singular_values(build, size):
     model = build()
     image = _image(size)
     depth = len(feature_blocks(model))
-    result = conv_block_conditions(model, image, range(depth), max_iter=600, tol=1e-6)
+    result = conv_block_conditions(model, image, range(depth), Solver(tol=1e-6, max_iter=600))
     inputs = block_inputs(model, image, range(depth))
     checked = 0
     for i, c in result.items():

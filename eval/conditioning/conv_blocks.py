@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from skipless.analysis.condition_number import Condition, dense_condition, unconverged_note
+from skipless.analysis.condition_number import Condition, Solver, dense_condition, unconverged_note
 from skipless.analysis.conv_block_conditioning import (MAPS, ConvBlockCondition, block_inputs, conv_block_conditions,
                                                        conv_block_jacobian_dense)
 from skipless.analysis.diagnostics import DTYPES, diagnosed_blocks
@@ -152,6 +152,7 @@ def run_conv(cfg: DictConfig, specs: Sequence[BackboneSpec], models: Sequence[to
     """Measure every CNN backbone of ``specs`` on ``image`` (1, 3, H, W) and write the report."""
     blocks = [check_conv_backbone(model, spec, cfg) for model, spec in zip(models, specs)]
     dtype = DTYPES[str(cfg.solver.dtype)]
+    solver = Solver(tol=float(cfg.solver.tol), max_iter=int(cfg.solver.max_iter), seed=int(cfg.seed), dtype=dtype)
     print(f"conditioning of CNN blocks: one image at {cfg.image_size} px, blocks {cfg.layers}, Lanczos tol "
           f"{cfg.solver.tol:g} / {cfg.solver.max_iter} products{_skipped(cfg)}; backbones: "
           f"{', '.join(s.name for s in specs)}", flush=True)
@@ -162,9 +163,7 @@ def run_conv(cfg: DictConfig, specs: Sequence[BackboneSpec], models: Sequence[to
         start = time.perf_counter()
         budget = SolveBudget(None, {f"kappa_{m}/block{i}": 1.0 for i in wanted for m in MAPS},
                              report=lambda m, n=spec.name: print(f"{n}: {m}", flush=True))
-        r = conv_block_conditions(model, image.to(device), wanted, tol=float(cfg.solver.tol),
-                                  max_iter=int(cfg.solver.max_iter), seed=int(cfg.seed), dtype=dtype,
-                                  watches=budget.watch)
+        r = conv_block_conditions(model, image.to(device), wanted, solver, watches=budget.watch)
         record = {"backbone": spec.name, "args": shown_args(spec.args), "image_size": int(cfg.image_size),
                   "settings": OmegaConf.to_container(cfg, resolve=True),
                   "blocks": {str(i): c.to_json() for i, c in r.items()}}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -175,23 +175,35 @@ def condition_from_spectrum(spectrum: Spectrum, dtype: torch.dtype) -> Condition
     )
 
 
+class Solver(NamedTuple):
+    """How every condition number of the analysis is solved, one object for all of them (``operator_condition``
+    and the Jacobian and block functions that call it): Lanczos' relative tolerance at both ends of the
+    spectrum and its most products (``lanczos.extreme_eigenvalues``; stopping at ``max_iter`` gives a lower
+    bound), the seed of its start vector, and the dtype the operator runs in (float64 resolves ``kappa`` up to
+    about 6e10 where float32 reads about 110 as ∞ at 224 px: the module docstring). ``Solver(max_iter=600)``
+    changes one setting."""
+
+    tol: float = 1e-3
+    max_iter: int = 300
+    seed: int = 0
+    dtype: torch.dtype = torch.float64
+
+
 def operator_condition(
     matvec: Callable[[torch.Tensor], torch.Tensor],
     dim: int,
+    solver: Solver = Solver(),
     *,
-    tol: float = 1e-3,
-    max_iter: int = 300,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
     watch: Callable[[int, float, float, float, float], bool] | None = None,
 ) -> Condition:
-    """``kappa(A)`` of the symmetric PSD operator ``matvec(v) = A v`` by Lanczos (``lanczos.py``),
-    stopping early once the smallest eigenvalue is certainly numerically zero; ``watch``: Lanczos'
+    """``kappa(A)`` of the symmetric PSD operator ``matvec(v) = A v`` by Lanczos (``lanczos.py``), as ``solver``
+    says, stopping early once the smallest eigenvalue is certainly numerically zero; ``watch``: Lanczos'
     (progress and a time budget, ``solve_budget.py``)."""
-    spectrum = extreme_eigenvalues(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
-                                   device=device, zero_tol=zero_threshold(dim, dtype), watch=watch)
-    return condition_from_spectrum(spectrum, dtype)
+    spectrum = extreme_eigenvalues(matvec, dim, tol=solver.tol, max_iter=solver.max_iter, seed=solver.seed,
+                                   dtype=solver.dtype, device=device, zero_tol=zero_threshold(dim, solver.dtype),
+                                   watch=watch)
+    return condition_from_spectrum(spectrum, solver.dtype)
 
 
 def dense_condition(matrix: torch.Tensor | np.ndarray, *, gram: bool = False) -> Condition:

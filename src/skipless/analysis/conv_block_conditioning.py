@@ -36,7 +36,7 @@ from torch import nn
 from torch.func import jacrev
 
 from ..models.timm_family import ShortcutGain, feature_blocks, resnet_blocks, shortcut_gain
-from .condition_number import DIVERGED, OVERFLOW, Condition, infinite_condition, operator_condition
+from .condition_number import DIVERGED, OVERFLOW, Condition, Solver, infinite_condition, operator_condition
 from .jacobians import JacobianArgumentError, check_dense_size, float_copy, gram_matvec
 from .sub_blocks import has_finite_weights
 
@@ -137,18 +137,15 @@ def conv_block_conditions(
     model: nn.Module,
     image: torch.Tensor,
     blocks: Iterable[int],
+    solver: Solver = Solver(),
     *,
-    tol: float = 1e-3,
-    max_iter: int = 300,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float64,
     watches: Callable[[str], Watch | None] | None = None,
 ) -> dict[int, ConvBlockCondition]:
     """``{block: ConvBlockCondition}`` for one image: both maps of every wanted block (module docstring).
 
     ``watches`` gives each solve its Lanczos ``watch`` from its name (``kappa_branch/block3``: ``solve_budget.py``).
     """
-    net, inputs = _prepared(model, image, blocks, dtype)
+    net, inputs = _prepared(model, image, blocks, solver.dtype)
     result: dict[int, ConvBlockCondition] = {}
     finite = has_finite_weights(net)
     found = feature_blocks(net)
@@ -167,7 +164,7 @@ def conv_block_conditions(
                 continue
             matvec, dim = gram_matvec(f, x)
             conditions[name] = operator_condition(
-                matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype, device=x.device,
+                matvec, dim, solver, device=x.device,
                 watch=None if watches is None else watches(f"kappa_{name}/block{i}"))
         result[i] = ConvBlockCondition(maps.gain, maps.projection, tuple(x.shape[1:]), **conditions)
     return result

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..models.features import resolve_layers
-from .condition_number import DIVERGED, Condition, infinite_condition, json_number
+from .condition_number import DIVERGED, Condition, Solver, infinite_condition, json_number
 from .effective_rank import block_effective_ranks
 from .embedding_condition import embedding_conditions
 from .jacobians import block_jacobian_conditions, network_jacobian_condition
@@ -50,6 +50,11 @@ class DiagnosticSettings:
     dtype: str = "float64"
     seed: int = 0
     budget_s: float | None = None  # seconds of one call; the Lanczos solves share what the rest leaves
+
+    @property
+    def solver(self) -> Solver:
+        """The Lanczos settings of every solve of a call (``condition_number.Solver``)."""
+        return Solver(tol=self.tol, max_iter=self.max_iter, seed=self.seed, dtype=DTYPES[self.dtype])
 
 
 @dataclass
@@ -97,8 +102,7 @@ def diagnose(model: nn.Module, images: torch.Tensor, settings: DiagnosticSetting
     together; a solve the budget stops is a lower bound, flagged (``Condition.budget_spent``).
     """
     blocks = diagnosed_blocks(settings.layers, len(model.blocks))
-    dtype = DTYPES[settings.dtype]
-    solver = dict(tol=settings.tol, max_iter=settings.max_iter, seed=settings.seed, dtype=dtype)
+    solver = settings.solver
     ph, pw = model.patch_embed.patch_size
     tokens = (images.shape[-2] // ph) * (images.shape[-1] // pw) + int(getattr(model, "num_prefix_tokens", 1))
     result = Diagnosis(blocks, int(images.shape[0]), tokens, diverged=not has_finite_weights(model))
@@ -112,11 +116,11 @@ def diagnose(model: nn.Module, images: torch.Tensor, settings: DiagnosticSetting
         start = time.perf_counter()
         if measure == "jacobian":
             result.jacobian = (infinite_condition(DIVERGED, 0) if result.diverged
-                               else network_jacobian_condition(model, j_images, **solver, watch=budget.watch("kappa_JJt")))
+                               else network_jacobian_condition(model, j_images, solver, watch=budget.watch("kappa_JJt")))
         elif measure == "blocks":
             result.block_jacobians = ({b: {"attn": infinite_condition(DIVERGED, 0), "mlp": infinite_condition(DIVERGED, 0)}
                                        for b in blocks} if result.diverged
-                                      else block_jacobian_conditions(model, images[:1], blocks, **solver,
+                                      else block_jacobian_conditions(model, images[:1], blocks, solver,
                                                                      watches=budget.watch))
         elif measure == "embeddings" and not result.diverged:
             result.embeddings = embedding_conditions(model, images, blocks)

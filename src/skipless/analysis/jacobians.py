@@ -39,7 +39,7 @@ from torch.func import functional_call, jacrev, jvp, vjp
 
 from ..errors import SkiplessError
 from ..models.attention import use_explicit_attention
-from .condition_number import DIVERGED, OVERFLOW, Condition, infinite_condition, operator_condition
+from .condition_number import DIVERGED, OVERFLOW, Condition, Solver, infinite_condition, operator_condition
 from .sub_blocks import attention_branch, embed_tokens, has_finite_weights, mlp_branch, shortcut_gains, traced_blocks
 
 __all__ = [
@@ -124,11 +124,8 @@ def _network(model: nn.Module, images: torch.Tensor, dtype: torch.dtype):
 def network_jacobian_condition(
     model: nn.Module,
     images: torch.Tensor,
+    solver: Solver = Solver(),
     *,
-    tol: float = 1e-3,
-    max_iter: int = 300,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float64,
     watch: Watch | None = None,
 ) -> Condition:
     """``kappa(J J^T)`` of the blocks' output tokens with respect to the blocks' parameters (Table 5).
@@ -136,11 +133,10 @@ def network_jacobian_condition(
     Args:
         model: a ``SkiplessViT`` (not modified).
         images: ``(m, C, H, W)`` (or one ``(C, H, W)`` image); ``J J^T`` has size ``m * n * d``.
-        tol, max_iter, seed: Lanczos' (``lanczos.extreme_eigenvalues``).
-        dtype: the working precision (see ``condition_number`` on float32's zero threshold).
+        solver: Lanczos' settings and the working dtype (``condition_number.Solver``).
         watch: Lanczos' (progress lines and a time budget: ``solve_budget.py``).
     """
-    net, f, params, x0 = _network(model, images, dtype)
+    net, f, params, x0 = _network(model, images, solver.dtype)
     if not has_finite_weights(net):
         return infinite_condition(DIVERGED, x0.numel())
     with use_explicit_attention(net), torch.no_grad():
@@ -148,8 +144,7 @@ def network_jacobian_condition(
             return infinite_condition(OVERFLOW, x0.numel())
     with use_explicit_attention(net):
         matvec, dim = gram_matvec(f, params)
-        return operator_condition(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
-                                  device=x0.device, watch=watch)
+        return operator_condition(matvec, dim, solver, device=x0.device, watch=watch)
 
 
 def network_jacobian_dense(
@@ -180,11 +175,8 @@ def sub_block_jacobian_condition(
     u: torch.Tensor,
     branch: str = "attn",
     shortcut: float = 0.0,
+    solver: Solver = Solver(),
     *,
-    tol: float = 1e-3,
-    max_iter: int = 300,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float64,
     watch: Watch | None = None,
 ) -> Condition:
     """``kappa((K + g I)(K + g I)^T)``, ``K`` the ``branch``'s Jacobian at its normalised input ``u``.
@@ -197,7 +189,7 @@ def sub_block_jacobian_condition(
         shortcut: ``g``, the matching entry of ``shortcut_gains(block)`` (1 skip, 0 skipless).
         watch: Lanczos' (``solve_budget.py``).
     """
-    blk, f, u = _branch(block, u, branch, dtype)
+    blk, f, u = _branch(block, u, branch, solver.dtype)
     if not has_finite_weights(blk):
         return infinite_condition(DIVERGED, u.numel())
     with use_explicit_attention(blk):
@@ -205,8 +197,7 @@ def sub_block_jacobian_condition(
             if not (bool(torch.isfinite(u).all()) and bool(torch.isfinite(f(u)).all())):
                 return infinite_condition(OVERFLOW, u.numel())
         matvec, dim = gram_matvec(f, u, float(shortcut))
-        return operator_condition(matvec, dim, tol=tol, max_iter=max_iter, seed=seed, dtype=dtype,
-                                  device=u.device, watch=watch)
+        return operator_condition(matvec, dim, solver, device=u.device, watch=watch)
 
 
 def sub_block_jacobian_dense(
@@ -225,11 +216,8 @@ def block_jacobian_conditions(
     model: nn.Module,
     image: torch.Tensor,
     blocks: Iterable[int],
+    solver: Solver = Solver(),
     *,
-    tol: float = 1e-3,
-    max_iter: int = 300,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float64,
     watches: Callable[[str], Watch | None] | None = None,
 ) -> dict[int, dict[str, Condition]]:
     """Table 6's per-block kernels: ``{block: {"attn": Condition, "mlp": Condition}}`` for one image.
@@ -246,17 +234,16 @@ def block_jacobian_conditions(
     image = _check_images(image)
     if image.shape[0] != 1:
         raise JacobianArgumentError(f"expected one image, got a batch of {image.shape[0]}")
-    net = float_copy(model, dtype)
+    net = float_copy(model, solver.dtype)
     with torch.no_grad():
-        x = embed_tokens(net, image.to(next(net.parameters()).device, dtype))
+        x = embed_tokens(net, image.to(next(net.parameters()).device, solver.dtype))
     if not has_finite_weights(net):
         return {b: {k: infinite_condition(DIVERGED, x.numel()) for k in BRANCHES} for b in wanted}
-    kwargs = dict(tol=tol, max_iter=max_iter, seed=seed, dtype=dtype)
     result: dict[int, dict[str, Condition]] = {}
     for i, blk, t in traced_blocks(net, x, wanted):
         g_a, g_m = shortcut_gains(blk)
         result[i] = {
-            name: sub_block_jacobian_condition(blk, u, name, g, **kwargs,
+            name: sub_block_jacobian_condition(blk, u, name, g, solver,
                                                watch=None if watches is None else watches(f"kappa_{name}/block{i}"))
             for name, u, g in (("attn", t.u_attn, g_a), ("mlp", t.u_mlp, g_m))
         }
