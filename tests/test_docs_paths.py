@@ -8,9 +8,11 @@ What counts as a path, and where it is looked for:
   every page: it must be a file or a folder there (``docs/results.md`` and ``configs/model/`` pass,
   ``configs/recipe/gone.yaml`` fails).
 - A shorter word that ends as a file (``.py``, ``.yaml``, ``.md``, ``.png``, ``.json``) or with ``/`` and
-  whose first folder is a folder of the page's own folder, of ``src/skipless`` or of ``configs`` is a path
-  from one of those three: ``images/x.png`` on a page under docs/, ``training/run_start.py``,
-  ``ssl/mae/decoder.py``, ``recipe/mae-demo.yaml``. It must exist under at least one of them. A word
+  whose first folder is a folder of the page's own folder, of ``src``, of ``src/skipless`` or of ``configs``
+  is a path from one of those four: ``images/x.png`` on a page under docs/, ``skipless/data/reads.py``,
+  ``training/run_start.py``, ``ssl/mae/decoder.py``, ``recipe/mae-demo.yaml``. It must exist under at
+  least one of those whose folder it names (a page writes such a path short where its sentence says
+  which package or folder is meant; the test does not ask which). A word
   whose first folder is none of theirs (``util/lr_sched.py`` of MAE's repository, ``train/loss`` of
   TensorBoard) is not a path of this repository and is not read.
 - Not paths: a word inside a longer one (``runs/<run>/eval/tb/`` does not name ``eval/tb/``), a word
@@ -30,8 +32,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from fnmatch import fnmatch
 import sys
+from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +64,7 @@ def path_words(text: str) -> list[str]:
 
 
 def written(word: str) -> bool:
-    """``word`` is a path ``.gitignore`` names: an output of a command (``bench/*.json``), not a file of the checkout."""
+    """``word`` is a path ``.gitignore`` names: a command's output (``bench/*.json``), not a file of the checkout."""
     return any(fnmatch(word, p) or (p.endswith("/") and word.startswith(p)) for p in IGNORED)
 
 
@@ -117,19 +119,22 @@ def test_every_path_a_page_names_exists():
 
 
 def test_every_python_m_module_a_page_names_exists():
-    broken = [f"{page.relative_to(ROOT)}: python -m {name}" for page in PAGES for name in missing_modules(page.read_text())]
+    broken = [f"{page.relative_to(ROOT)}: python -m {name}"
+              for page in PAGES for name in missing_modules(page.read_text())]
     assert not broken, broken
 
 
 def test_the_scan_sees_what_it_should_and_skips_the_rest():
     """The checks above are only as good as these functions: made-up pages."""
     docs_page, readme = ROOT / "docs" / "x.md", ROOT / "README.md"
-    text = ("See `configs/recipe/gone.yaml`, [a](../src/skipless/models/init.py), src/skipless/nothing.py, and "
-            "`configs/model/*.yaml`, `runs/<name>/`, runs/x/eval/tb/, data/imagenet, https://github.com/a/configs/b.yaml, "
-            "`eval/<name>/run.py`, util/lr_sched.py, train/loss, docs/results.md. images/gone.png, bench/results.json, bench/gone.py, "
-            "`training/run_start.py`, `ssl/mae/gone.py`, `recipe/mae-demo.yaml`, data/README.md:")
-    assert missing_paths(docs_page, text) == ["configs/recipe/gone.yaml", "src/skipless/nothing.py",
-                                              "images/gone.png", "bench/gone.py", "ssl/mae/gone.py"]
+    text = ("See `configs/recipe/gone.yaml`, [a](../src/skipless/models/init.py), src/skipless/nothing.py, "
+            "`configs/model/*.yaml`, `runs/<name>/`, runs/x/eval/tb/, data/imagenet, "
+            "https://github.com/a/configs/b.yaml, `eval/<name>/run.py`, util/lr_sched.py, train/loss, "
+            "docs/results.md. images/gone.png, bench/results.json, bench/gone.py, `training/run_start.py`, "
+            "`ssl/mae/gone.py`, `recipe/mae-demo.yaml`, skipless/data/reads.py, skipless/data/gone.py, "
+            "data/README.md:")
+    assert missing_paths(docs_page, text) == ["configs/recipe/gone.yaml", "src/skipless/nothing.py", "images/gone.png",
+                                              "bench/gone.py", "ssl/mae/gone.py", "skipless/data/gone.py"]
     assert missing_paths(readme, "images/gone.png configs/model/ bench/flops.py") == []  # no images/ beside the README
     text = ("`python -m skipless.pretrain`, .venv/bin/python -m eval.knn, python3 -m paper, python -m bench; "
             "python -m eval.<name>, python -m skipless.gone, python -m json.tool")
