@@ -1,4 +1,5 @@
-"""Frozen-feature evaluators. They import only skipless.models and skipless.data, never training code.
+"""Frozen-feature evaluators. They import skipless's models, data, analysis, config and the like,
+never training code (optim, training, ssl, supervised, the entry points).
 
 One sub-package per evaluator family, and one shared package (``tests/test_import_graph.py``
 enforces it): a module's family is its sub-package; a module of one evaluator imports its own

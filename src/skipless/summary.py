@@ -1,10 +1,12 @@
 """What a run will do, in a few lines: printed by an entry point before it starts.
 
 ``describe_model`` takes a ``model`` config section or the ``skipless_args`` a backbone file
-carries, so an evaluator can print the model it loaded the same way; ``pretrain_header`` adds the
-crops, the schedule and the effective peak lr of a pretraining config; ``peak_lr`` is the one
-place that scaling rule is written (DINO's linear rule: lr x lr_scale x global batch / 256), and
-``describe_batch`` the one place the global batch is spelt out (per device x devices x accumulation).
+carries, so an evaluator can print the model it loaded the same way; ``pretrain_header`` is the
+header of a pretraining run with any method (the model, the method's own lines, epochs, global batch
+and effective peak lr, exports; ``train.py`` writes the supervised one); ``peak_lr`` is the one place
+the scaling rule every method uses is written (the linear rule of DINO and MAE: lr x lr_scale x global
+batch / 256), and ``describe_batch`` the one place the global batch is spelt out (per device x devices
+x accumulation).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Optimizers and schedules of DINO pretraining.
+"""Optimizers and schedules of every training run (DINO, MAE, supervised).
 
 ``build_optimizer`` turns the ``optim`` config group into an optimizer: AdamW (Loshchilov & Hutter,
 ICLR 2019; PyTorch's) or SOAP (Vyas et al., ICLR 2025; ours, ``soap.py``). ``optim.implementation``
@@ -6,8 +6,9 @@ says how the same update is computed: ``fused`` (AdamW: one kernel for all param
 GPU), ``foreach`` (AdamW: PyTorch's multi-tensor path; SOAP: parameters of one shape batched) or
 ``loop`` (one parameter at a time). The numbers agree to float tolerance (tests/test_optim_soap.py,
 tests/test_optim_implementation.py); the speed of each is in ``make bench --only optim``.
-``schedules.py`` holds DINO's per-step cosine and warm-up schedules; the training loop writes their
-values into each param group's ``lr`` / ``weight_decay`` before every step, which both optimizers read.
+``schedules.py`` holds the per-step cosine and warm-up schedules (DINO's, and MAE's warm-up); the
+training loop writes their values into each param group's ``lr`` / ``weight_decay`` before every step,
+which both optimizers read.
 """
 from __future__ import annotations
 

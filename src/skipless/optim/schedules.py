@@ -1,7 +1,8 @@
-"""Per-step schedules of DINO (Caron et al., "Emerging Properties in Self-Supervised Vision Transformers",
-ICCV 2021): learning rate, weight decay and teacher momentum follow ``cosine_schedule``; the teacher
-temperature follows ``linear_then_constant``. MAE's learning rate (He et al. 2022, ``util/lr_sched.py``) is
-``cosine_schedule`` with ``warmup_reaches_base=False``: the two differ only in the warm-up's last step.
+"""Per-step schedules of every method, written as DINO's (Caron et al., "Emerging Properties in
+Self-Supervised Vision Transformers", ICCV 2021): learning rate, weight decay (and DINO's teacher
+momentum) follow ``cosine_schedule``; DINO's teacher temperature follows ``linear_then_constant``. MAE's
+learning rate (He et al. 2022, ``util/lr_sched.py``) is ``cosine_schedule`` with
+``warmup_reaches_base=False``: the two differ only in the warm-up's last step.
 
 Both return one value per optimisation step (``epochs * steps_per_epoch`` values), precomputed as in
 DINO's ``utils.cosine_scheduler`` so that a resumed run indexes the same array at its global step.

@@ -1,1 +1,2 @@
-"""What a pretraining run needs around the DINO LightningModule: data, callbacks, checkpoint I/O."""
+"""What every training run needs around its LightningModule, for any method (DINO, MAE, the supervised
+classifier): trainer, loaders, callbacks, the step's start, run folders, resume, checkpoint I/O."""

@@ -1,5 +1,5 @@
-"""Callbacks of a pretraining run: the divergence guard, RNG state in checkpoints, epoch-end
-checkpoints, the teacher export, the k-NN monitor, the progress bar, the run summary (skipped and
+"""Callbacks of a training run, for any method: the divergence guard, RNG state in checkpoints, epoch-end
+checkpoints, the backbone export, the k-NN monitor (pretraining's), the progress bar, the run summary (skipped and
 small images, final loss, collapse: ``run_summary.py``, imported here). None reads a tensor back to
 the host on the steps between two logging steps (``train.log_every_n_steps``): such a read waits for
 the device to finish its queued work."""

@@ -1,4 +1,4 @@
-"""The Lightning trainer every training entry point builds (DINO pretraining, supervised training).
+"""The Lightning trainer every training entry point builds (pretraining with any method, supervised training).
 
 The callbacks that make a run safe come first and in this order: the divergence guard (a non-finite
 model is never exported nor checkpointed), the RNG state and the loader's position (exact resume, at an

@@ -223,7 +223,7 @@ class EncoderOutput(NamedTuple):
     """What ``forward_encoder`` returns."""
     latent: torch.Tensor                 # (B, 1 + K, enc_dim): CLS, then the visible tokens (shuffled order)
     mask: torch.Tensor                   # (B, N) float32, 1 = masked, grid order
-    ids_restore: torch.Tensor            # (B, N) long, see masking.random_masking
+    ids_restore: torch.Tensor            # (B, N) long, see random_masking
     taps: dict[int, torch.Tensor]        # encoder block -> its output (B, 1 + K, enc_dim), for the skips
     grid: tuple[int, int]                # (rows, cols) of the images' patch grid
 
@@ -244,7 +244,7 @@ class MaskedAutoencoder(nn.Module):
         mask_ratio: the default fraction of masked patches (MAE's 0.75); ``forward`` may override it.
         norm_pix_loss: score against per-patch normalised pixels (MAE's and the seed's choice).
         skip_pairs: (encoder block, decoder block) pairs for the seed's encoder-to-decoder skips,
-            e.g. ``skips.mirror_skip_pairs(12, 8)``; None or empty is the plain MAE.
+            e.g. ``decoder.mirror_skip_pairs(12, 8)``; None or empty is the plain MAE.
     """
 
     def __init__(self, encoder: SkiplessViT, decoder_dim: int = 512, decoder_depth: int = 8,
@@ -306,7 +306,7 @@ class MaskedAutoencoder(nn.Module):
         return reconstruction_target(images, self.patch_size, self.norm_pix_loss)
 
     def forward_loss(self, images: torch.Tensor, pred: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """MAE's loss: per-patch MSE averaged over the masked patches (``loss.masked_mse``)."""
+        """MAE's loss: per-patch MSE averaged over the masked patches (``masked_mse``)."""
         return masked_mse(pred, self.target(images), mask)
 
     def forward(self, images: torch.Tensor, mask_ratio: float | None = None,

@@ -137,7 +137,7 @@ class MAEDecoder(nn.Module):
         patch_size: the patch side ``p``; the head predicts ``p * p * in_chans`` values per patch.
         dec_dim, dec_depth, dec_heads: width, number of blocks and heads (MAE: 512, 8, 16).
         in_chans: image channels (3).
-        skip_pairs: ``(encoder block, decoder block)`` pairs (``skips.check_skip_pairs``); None or
+        skip_pairs: ``(encoder block, decoder block)`` pairs (``check_skip_pairs``); None or
             empty is the plain MAE decoder.
         enc_depth: the encoder's number of blocks, to check ``skip_pairs`` against.
     """
@@ -194,7 +194,7 @@ class MAEDecoder(nn.Module):
 
         Args:
             latent: (B, 1 + K, enc_dim) the encoder's output, CLS first, visible tokens shuffled.
-            ids_restore: (B, N) from ``masking.random_masking``.
+            ids_restore: (B, N) from ``autoencoder.random_masking``.
             taps: encoder block index -> that block's output (B, 1 + K, enc_dim), for each tapped block.
             grid: (rows, cols) of the images' patch grid; None is the built grid.
 
