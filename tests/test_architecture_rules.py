@@ -8,7 +8,8 @@ from pathlib import Path
 import eval as evaluators
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINING = ("skipless.ssl", "skipless.optim", "skipless.training", "skipless.pretrain", "lightning")
+TRAINING = ("skipless.ssl", "skipless.optim", "skipless.training", "skipless.pretrain", "skipless.supervised",
+            "skipless.train", "skipless.finetune", "skipless.tensorboard_page", "lightning")
 
 
 def _imports(path: Path) -> set[str]:
