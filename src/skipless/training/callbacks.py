@@ -158,8 +158,11 @@ class EpochCheckpoint(pl.Callback):
         self.exported_epoch: int | None = None  # the epoch backbone.pt holds
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict) -> None:
-        """Every Lightning checkpoint carries the run's resolved config, whatever the method (``skipless_config``)."""
-        checkpoint["skipless_config"] = OmegaConf.to_container(pl_module.cfg, resolve=True)
+        """Every Lightning checkpoint carries the run's resolved config, whatever the method (``skipless_config``;
+        a module without a ``cfg``, a test's, writes none)."""
+        cfg = getattr(pl_module, "cfg", None)
+        if cfg is not None:
+            checkpoint["skipless_config"] = OmegaConf.to_container(cfg, resolve=True)
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if (self.dirpath / "last.ckpt").is_file():
