@@ -158,26 +158,26 @@ finetune: $(STAMP) ## end-to-end fine-tuning of the backbone CKPT names (default
 	$(PY) -m skipless.finetune $(call popt,finetune.ckpt,$(CKPT)) $(FINETUNE_ARGS)
 
 probe: $(STAMP) ## dense linear-probe segmentation: DATA= MULTISCALE= LAYER= CKPT= ARGS=
-	$(PY) -m eval.probe $(call opt,dataset,$(DATA_NAME)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \
+	$(PY) -m skipless.eval.probe $(call opt,dataset,$(DATA_NAME)) $(call opt,multiscale,$(MULTISCALE)) $(call opt,layers,$(LAYER)) \
 	  $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 tokencut: $(STAMP) ## TokenCut object discovery (CorLoc): DATA= LAYER= CKPT= ARGS=
-	$(PY) -m eval.tokencut $(call opt,dataset,$(DATA_NAME)) $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+	$(PY) -m skipless.eval.tokencut $(call opt,dataset,$(DATA_NAME)) $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 pca: $(STAMP) ## PCA images of patch features per block: LAYER= CKPT= IMAGES= ARGS=
-	$(PY) -m eval.pca $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
+	$(PY) -m skipless.eval.pca $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
 
 conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective rank per block (a CNN: its blocks with and without the shortcut): LAYER= CKPT= IMAGES= ARGS=
-	$(PY) -m eval.conditioning $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
+	$(PY) -m skipless.eval.conditioning $(call opt,layers,$(LAYER)) $(call popt,ckpt,$(CKPT)) $(call popt,images,$(IMAGES)) $(call popt,out,$(OUT)) $(ARGS)
 
 knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATA= CKPT= ARGS=
-	$(PY) -m eval.knn $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+	$(PY) -m skipless.eval.knn $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRESET=dino|zhang|mae DATA= CKPT= ARGS=
-	$(PY) -m eval.linear $(call opt,linear-preset,$(PRESET)) $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+	$(PY) -m skipless.eval.linear $(call opt,linear-preset,$(PRESET)) $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATA= CKPT= ARGS=
-	$(PY) -m eval.tsne $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+	$(PY) -m skipless.eval.tsne $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 FORCE=1 PREFLIGHT=1 ARGS=
 	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(FORCE)),force=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)

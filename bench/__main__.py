@@ -46,7 +46,7 @@ from skipless.atomic import atomic_write
 from .attention_variants import section_variants
 from .compile_step import section_compile
 from .conditioning import section_conditioning
-from .flops import mfu_note
+from skipless.flops import mfu_note
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
 from .mae_step import section_mae

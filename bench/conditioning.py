@@ -22,6 +22,8 @@ import torch
 
 from skipless.analysis.condition_number import Solver, dense_condition
 from skipless.analysis.jacobians import network_jacobian_condition, network_jacobian_dense
+from skipless.config import load_config
+from skipless.eval.conditioning.run import run
 from skipless.models import create_vit
 
 from .table import markdown_table
@@ -60,8 +62,6 @@ def vit_s(quick: bool) -> list[dict[str, Any]]:
 
 
 def make_conditioning(quick: bool) -> dict[str, Any]:
-    from eval.conditioning.run import run
-    from skipless.config import load_config
 
     extra = ["solver.max_iter=4", "num_images=2", "image_size=64"] if quick else []
     with tempfile.TemporaryDirectory(prefix="bench-conditioning-") as out:  # its JSON/figures are not the bench's

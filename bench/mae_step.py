@@ -38,7 +38,7 @@ from skipless.config import load_config
 from skipless.pretrain import backbone_factory
 from skipless.ssl import METHODS
 
-from .flops import mae_step_flops, mfu_note, utilisation
+from skipless.flops import mae_step_flops, mfu_note, utilisation
 from .pretrain_step import (DINO_CPU_SIZES, DINO_GPU_SIZES, bench_pretrain_step, cuda_peak_mb, device_name,
                             step_counts, step_seconds)
 from .table import markdown_table

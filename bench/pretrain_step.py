@@ -20,13 +20,14 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from skipless.analysis.attention_conditioning import attention_condition_numbers, gaussian_tokens
 from skipless.config import load_config
+from skipless.flops import dino_step_flops, utilisation
+from skipless.models import create_vit
 from skipless.pretrain import backbone_factory
 from skipless.ssl.dino.module import DINO
 from skipless.ssl.dino.self_distillation import collate_multicrop
 from skipless.training.precision import plugin_for
-
-from .flops import dino_step_flops, utilisation
 
 
 def device_name() -> str:
@@ -146,8 +147,6 @@ def bench_trainer(timer: StepTimer) -> pl.Trainer:
 
 
 def section_init() -> dict:
-    from skipless.analysis.attention_conditioning import attention_condition_numbers, gaussian_tokens
-    from skipless.models import create_vit
     out = {}
     for init in ("timm", "cutskip"):
         torch.manual_seed(0)

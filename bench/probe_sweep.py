@@ -25,11 +25,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from eval.shared.backbones import load_spec, resolve_backbones
-from eval.shared.devices import resolve_device
-from eval.probe.feature_cache import ProbeSamples, build_cache, stacked_patches
-from eval.probe.linear_probe import LinearHeads, cache_batches, epoch_order, evaluate_full, train_heads
-from eval.probe.settings import round_to_patch
+from skipless.eval.shared.backbones import load_spec, resolve_backbones
+from skipless.eval.shared.devices import resolve_device
+from skipless.eval.probe.feature_cache import ProbeSamples, build_cache, stacked_patches
+from skipless.eval.probe.linear_probe import LinearHeads, cache_batches, epoch_order, evaluate_full, train_heads
+from skipless.eval.probe.settings import round_to_patch
 from skipless.data import build_split
 from skipless.models import resolve_layers
 

@@ -31,10 +31,10 @@ import scipy.linalg
 import torch
 import torch.nn.functional as F
 
-from eval.shared.backbones import BackboneNotFoundError, load_spec, resolve_backbones
-from eval.shared.devices import resolve_device
-from eval.shared.images import normalized, pad_to_multiple
-from eval.tokencut.ncut import (EPS, TAU, UNIQUE_GAP, affinity, discover, lapack_spectrum, second_eigenvector_reference,
+from skipless.eval.shared.backbones import BackboneNotFoundError, load_spec, resolve_backbones
+from skipless.eval.shared.devices import resolve_device
+from skipless.eval.shared.images import normalized, pad_to_multiple
+from skipless.eval.tokencut.ncut import (EPS, TAU, UNIQUE_GAP, affinity, discover, lapack_spectrum, second_eigenvector_reference,
                                 second_eigenvectors)
 from skipless.data import DatasetNotFoundError, VOCDetection
 from skipless.models import create_vit, freeze_for_eval, patch_features

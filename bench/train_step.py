@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from skipless.config import load_config
 from skipless.supervised.classifier import Supervised
 
-from .flops import supervised_step_flops, utilisation
+from skipless.flops import supervised_step_flops, utilisation
 from .pretrain_step import memory_mb, step_seconds, with_ratios
 
 NUM_CLASSES = 1000

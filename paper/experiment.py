@@ -37,7 +37,7 @@ EXPERIMENT_DIR = CONFIG_DIR / "experiments"
 SCALES = ("demo", "quick", "full")
 INHERITED = {"quick": "demo"}  # a scale a file does not name takes this one's value
 RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train"}
-EVAL_ENTRIES = {name: f"eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne")}
+EVAL_ENTRIES = {name: f"skipless.eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne")}
 # Fine-tuning reads a run's backbone as an evaluation does, and trains: its run folder is the evaluation's folder.
 FINETUNE = "finetune"
 EVAL_ENTRIES[FINETUNE] = "skipless.finetune"

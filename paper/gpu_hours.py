@@ -2,13 +2,13 @@
 
     hours = epochs x train images x training FLOPs per image / (GPU's dense bf16 peak x MFU) / 3600
 
-FLOPs per image are ``bench/flops.py``'s count of one training step at the job's own config (DINO: 3 x
+FLOPs per image are ``skipless/flops.py``'s count of one training step at the job's own config (DINO: 3 x
 the student on every crop + the teacher on the globals, heads included; MAE: 3 x encoder on the visible
 patches + decoder; supervised: 3 x backbone + head; matrix products only). The train images are those
 of the real dataset, not of the fake one the pre-flight read: the dataset is named by the folder under
 ``data/`` that the job's data root names once the root variables are unset (``data/imagenet100/train``
 -> ``imagenet100``; ``data/README.md``'s arrangement), else by ``data.name``, and its size comes from
-``preflight.datasets`` in ``configs/paper.yaml``. The peak is ``bench/flops.py``'s for the GPU named in
+``preflight.datasets`` in ``configs/paper.yaml``. The peak is ``skipless/flops.py``'s for the GPU named in
 ``preflight.gpu``; the MFU is ``preflight.mfu`` of the job's method (DINO, MAE or supervised).
 
 Not counted: the evaluations, the diagnostics and monitors during training, data loading stalls,
@@ -21,6 +21,8 @@ from pathlib import PurePath
 from typing import Any, Mapping
 
 from omegaconf import DictConfig
+
+from skipless.flops import dino_step_flops, mae_step_flops, peak_bf16_tflops, supervised_step_flops
 
 
 @dataclass(frozen=True)
@@ -60,11 +62,7 @@ def dataset_of(cfg: DictConfig) -> str:
 
 
 def step_flops(method: str, cfg: DictConfig, classes: int) -> int:
-    """Training FLOPs per image of one step of ``cfg`` (``bench/flops.py``)."""
-    # Here, not at the top: bench.flops imports every method (Lightning and all), seconds that the other uses of
-    # make paper, which import this module through preflight.py, do not need.
-    from bench.flops import dino_step_flops, mae_step_flops, supervised_step_flops
-
+    """Training FLOPs per image of one step of ``cfg`` (``skipless/flops.py``)."""
     if method == "dino":
         return dino_step_flops(cfg)
     if method == "mae":
@@ -73,9 +71,7 @@ def step_flops(method: str, cfg: DictConfig, classes: int) -> int:
 
 
 def peak_tflops(gpu: str) -> float | None:
-    """The dense bf16 peak of ``gpu`` (``bench/flops.py``'s table), None for a GPU it does not list."""
-    from bench.flops import peak_bf16_tflops  # as in step_flops
-
+    """The dense bf16 peak of ``gpu`` (``skipless/flops.py``'s table), None for a GPU it does not list."""
     return peak_bf16_tflops(gpu)
 
 
@@ -90,7 +86,7 @@ def estimate(entry: str, cfg: DictConfig, settings: Mapping[str, Any]) -> Estima
         return f"no estimate: {method} has no MFU in preflight.mfu (known: {', '.join(settings['mfu'])})"
     peak = peak_tflops(str(settings["gpu"]))
     if peak is None:
-        return f"no estimate: preflight.gpu={settings['gpu']} is not a GPU of bench/flops.py's PEAK_BF16_TFLOPS"
+        return f"no estimate: preflight.gpu={settings['gpu']} is not a GPU of skipless/flops.py's PEAK_BF16_TFLOPS"
     size = known[dataset]
     return Estimate(method, dataset, int(cfg.train.epochs), int(size["train_images"]),
                     float(step_flops(method, cfg, int(size["classes"]))), str(settings["gpu"]), peak,

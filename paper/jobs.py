@@ -1,6 +1,6 @@
 """The jobs of an experiment at one scale, what each one's "done" means, and running one.
 
-A job is one command (``python -m skipless.pretrain key=value ...`` or ``python -m eval.probe ...``).
+A job is one command (``python -m skipless.pretrain key=value ...`` or ``python -m skipless.eval.probe ...``).
 Its identity is the *resolved* config it runs (``load_config`` of its entry with its overrides, the
 keys that only say where things go left out): a job is done when its marker (``jobs/...json``)
 records that same config hash and its outputs exist. An edited

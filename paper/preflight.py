@@ -121,7 +121,7 @@ def check_preflight(settings: DictConfig) -> FakeSizes:
         if not all(isinstance(w, str) and re.fullmatch(r"[\w.\-]+=.*", w) for w in words):
             raise ConfigError(f"preflight.{entry}: expected a list of key=value overrides, got {list(words)!r}")
     if peak_tflops(str(settings.gpu)) is None:
-        raise ConfigError(f"preflight.gpu={settings.gpu} is not a GPU of bench/flops.py's PEAK_BF16_TFLOPS; expected "
+        raise ConfigError(f"preflight.gpu={settings.gpu} is not a GPU of skipless/flops.py's PEAK_BF16_TFLOPS; expected "
                           "one of its names (H100 SXM, A100 ...)")
     for method, mfu in settings.mfu.items():
         if not 0 < float(mfu) <= 1:
@@ -215,7 +215,6 @@ def run_command(command: list[str], cwd: Path, env: dict[str, str], log: Path) -
 
 def job_environment(variables: list[str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in variables}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), str(REPO / "src"), os.environ.get("PYTHONPATH")]))
     return {**env, **CPU_ALLOCATOR}
 
 
@@ -336,7 +335,7 @@ def write_tables(folder: Path, experiment: Experiment, checks: list[Check], sett
         "gradients are there when the step starts. peak MB: the largest resident set of the job's processes, "
         "whole run.",
         f"- GPU-hours: an estimate, not a measurement: epochs x the real train set x the step's FLOPs per image "
-        f"(bench/flops.py: matrix products, training as 3 x forward) / ({settings.gpu}'s dense bf16 peak x MFU: "
+        f"(skipless/flops.py: matrix products, training as 3 x forward) / ({settings.gpu}'s dense bf16 peak x MFU: "
         f"{mfu}). "
         "Evaluations, monitors and data stalls are not counted.", ""]
     path = folder / "preflight.md"

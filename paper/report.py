@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from skipless.atomic import atomic_write
+from skipless.tables import markdown_table
 
 from .experiment import Experiment
 from .jobs import Job, job_state, read_marker
@@ -85,7 +86,6 @@ def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Jo
 
 def _jobs_table(folder: Path, jobs: list[Job], here: Path) -> str:
     """Every job, its state, a link to its output (relative to ``here``, the report's folder)."""
-    from eval.shared.report import markdown_table
 
     rows = []
     for job in jobs:

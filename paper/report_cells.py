@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from skipless.tables import markdown_table
+
 from .experiment import RUNS, Experiment
 from .jobs import Job, job_state, read_marker, result_files
 from .series import metric_of
@@ -145,7 +147,6 @@ def save_figure(fig: Any, path: Path) -> None:
 
 
 def table_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment) -> str:
-    from eval.shared.report import markdown_table
 
     ev = item["evaluation"]
     metric = item.get("metric") or (experiment.evaluations[ev].metric if ev != RUNS else None)
@@ -185,7 +186,6 @@ def table_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
 def paper_tables(ref: dict[str, Any], corner: str) -> list[str]:
     """The paper's numbers of a ``reference`` block as it prints them: its table, then its table at each
     other epoch it gives (``reference.epochs``)."""
-    from eval.shared.report import markdown_table
 
     ref_cols = [str(c) for c in ref.get("columns", [])]
     blocks = [("", ref.get("rows"))] + [(f" at epoch {e}", other.get("rows"))

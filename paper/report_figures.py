@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from skipless.tables import markdown_table
+
 from .experiment import RUNS, Experiment, axis_names
 from .report_cells import (NOT_AT_SCALE, cell_text, chosen_epochs, collapse_notes, collapsed_mark, combos, paper_at,
                            paper_tables, save_figure, table_section)
@@ -26,7 +28,6 @@ def curve_section(item: dict[str, Any], records: list[dict[str, Any]], experimen
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from eval.shared.report import markdown_table
 
     ev, metric = item["evaluation"], item.get("metric") or experiment.evaluations[item["evaluation"]].metric
     lines_axes = list(item.get("lines") or axis_names(experiment, ev))
@@ -178,7 +179,6 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
-    from eval.shared.report import markdown_table
 
     tags = list(item.get("tags") or ["train/loss"])
     by_epoch = item.get("x") == "epoch"

@@ -150,8 +150,7 @@ def run_job(folder: str | Path, job: Job, env: dict[str, str] | None = None,
     start = time.time()
     if first:
         write_marker(folder, job, "running", host=socket.gethostname(), pid=os.getpid(), **where)
-    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(REPO / "src"),
-                                                                      os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, **(env or {})}  # the jobs are python -m of the installed package: no path to add
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(command)}\n")
         out.flush()

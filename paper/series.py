@@ -19,6 +19,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from skipless.tables import markdown_table
+
 
 def read_lines(path: Path, x: str) -> dict[int | float, dict[str, Any]]:
     """``{x: line}`` of every line of ``path`` that has a number at ``x`` (a later line wins: a resumed run
@@ -67,7 +69,6 @@ def series_section(item: dict[str, Any], runs: list[tuple[str, Path]], columns: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
-    from eval.shared.report import markdown_table
 
     x, metric = item.get("x", "epoch"), item.get("metric", "rho")
     lines = {label: read_lines(run_dir / item["file"], x) for label, run_dir in runs}

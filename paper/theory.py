@@ -29,7 +29,10 @@ from skipless.analysis.concatenation_theory import concatenation_terms, eq6_term
 from skipless.analysis.softmax_theory import (FIG5_CASES, FIG5_D, FIG5_N, derived_moments, logit_matrices,
                                               monte_carlo_moments, paper_moments, softmax_kappa)
 from skipless.atomic import atomic_write
+from skipless.config import load_config
 from skipless.models import create_vit
+from skipless.models.from_config import vit_from_config
+from skipless.training.data import diagnostic_images
 
 NAME = "theory"
 DRAWS = 1000          # Fig. 5's kappa over this many draws
@@ -154,8 +157,6 @@ def thm22(folder: Path, depth: int = 6, tokens: int = 50) -> list[str]:
 def token_images(count: int, size: int) -> torch.Tensor:
     """``count`` fixed centre crops of the embedded default's val images (generated if missing), as the
     pretraining diagnostics read them (``training/data.diagnostic_images``)."""
-    from skipless.config import load_config
-    from skipless.training.data import diagnostic_images
 
     return diagnostic_images(load_config("pretrain"), size, count, split="val")
 
@@ -180,8 +181,6 @@ def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images
     cosine between an image's patch tokens, which independent isotropic tokens keep near 0."""
     plt = _pyplot()
 
-    from skipless.config import load_config
-    from skipless.models.from_config import vit_from_config
 
     torch.manual_seed(SEED)
     model = vit_from_config(load_config("pretrain", ["model=skipless", "recipe=paper"]).model)

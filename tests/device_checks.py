@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from eval.tokencut.ncut import UNIQUE_GAP, affinity, lapack_spectrum, ncut_spectrum
+from skipless.eval.tokencut.ncut import UNIQUE_GAP, affinity, lapack_spectrum, ncut_spectrum
 from skipless.config import load_config
 from skipless.models import create_vit, use_explicit_attention
 from skipless.pretrain import backbone_factory

@@ -5,9 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import eval as evaluators
+import skipless.eval as evaluators
 
 ROOT = Path(__file__).resolve().parents[1]
+EVAL = ROOT / "src" / "skipless" / "eval"  # the evaluators: skipless.eval
 TRAINING = ("skipless.ssl", "skipless.optim", "skipless.training", "skipless.pretrain", "skipless.supervised",
             "skipless.train", "skipless.finetune", "skipless.tensorboard_page", "lightning")
 
@@ -41,10 +42,10 @@ def _within(name: str, prefixes) -> bool:
 
 
 def _eval_modules() -> list[str]:
-    """Every module under ``eval/`` but its top ``__init__``: ``probe.run``, ``shared.backbones``, ``probe`` (a package)."""
+    """Every module of ``skipless.eval`` but its top ``__init__``: ``probe.run``, ``shared.backbones``, ``probe`` (a package)."""
     names = []
-    for p in (ROOT / "eval").rglob("*.py"):
-        parts = p.relative_to(ROOT / "eval").with_suffix("").parts
+    for p in EVAL.rglob("*.py"):
+        parts = p.relative_to(EVAL).with_suffix("").parts
         parts = parts[:-1] if parts[-1] == "__init__" else parts
         if parts:
             names.append(".".join(parts))
@@ -53,12 +54,12 @@ def _eval_modules() -> list[str]:
 
 def test_evaluators_never_import_training_code():
     offenders = {str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if _within(n, TRAINING))
-                 for p in (ROOT / "eval").rglob("*.py")}
+                 for p in EVAL.rglob("*.py")}
     assert not {k: v for k, v in offenders.items() if v}
 
 
 def test_importing_every_evaluator_module_loads_no_training_module():
-    modules = ["eval"] + [f"eval.{m}" for m in _eval_modules()]
+    modules = ["skipless.eval"] + [f"skipless.eval.{m}" for m in _eval_modules()]
     code = ("import importlib, sys\n"
             f"for name in {modules!r}: importlib.import_module(name)\n"
             f"bad = [m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {TRAINING!r})]\n"
@@ -68,38 +69,39 @@ def test_importing_every_evaluator_module_loads_no_training_module():
 
 
 def test_every_eval_module_is_an_evaluators_or_shared():
-    """A module's family is its sub-package: every module of ``eval/`` lies in a package listed in
-    ``eval.EVALUATORS`` or in ``eval.SHARED``, every listed one is a package, none is listed twice."""
+    """A module's family is its sub-package: every module of ``skipless.eval`` lies in a package listed in
+    ``skipless.eval.EVALUATORS`` or in ``skipless.eval.SHARED``, every listed one is a package, none is listed twice."""
     listed = [*evaluators.EVALUATORS, evaluators.SHARED]
-    assert len(listed) == len(set(listed)), "a package is listed twice in eval/__init__.py"
-    assert all((ROOT / "eval" / name / "__init__.py").is_file() for name in listed)
+    assert len(listed) == len(set(listed)), "a package is listed twice in src/skipless/eval/__init__.py"
+    assert all((EVAL / name / "__init__.py").is_file() for name in listed)
     packages = sorted({m.split(".")[0] for m in _eval_modules()})
-    assert packages == sorted(listed), "put each eval/ module in an evaluator's package or the shared one"
-    assert all("." in m or m in listed for m in _eval_modules()), "no module directly under eval/"
+    assert packages == sorted(listed), "put each skipless.eval module in an evaluator's package or the shared one"
+    assert all("." in m or m in listed for m in _eval_modules()), "no module directly under skipless.eval"
 
 
 def test_every_evaluator_runs_as_a_module():
-    """``python -m eval.<family>`` works for each evaluator: its package has a ``__main__`` calling ``run.main``."""
+    """``python -m skipless.eval.<family>`` works for each evaluator: its package has a ``__main__`` calling ``run.main``."""
     for name in evaluators.EVALUATORS:
-        assert {"eval." + name + ".run", "eval." + name + ".run.main"} <= _imports(ROOT / "eval" / name / "__main__.py")
+        assert ({f"skipless.eval.{name}.run", f"skipless.eval.{name}.run.main"}
+                <= _imports(EVAL / name / "__main__.py"))
 
 
-def test_nothing_under_src_imports_eval_or_bench():
-    """At run time (tests/test_import_graph.py checks the code): importing every skipless module
-    leaves eval/ and bench/ unimported."""
+def test_nothing_under_src_imports_bench_or_paper():
+    """At run time (tests/test_import_graph.py checks the code): importing every skipless module, the evaluators
+    included, leaves bench/ and paper/ unimported."""
     code = ("import importlib, pkgutil, sys, skipless\n"
             "for m in pkgutil.walk_packages(skipless.__path__, 'skipless.'): importlib.import_module(m.name)\n"
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('eval', 'bench')]\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('bench', 'paper')]\n"
             "print(bad); sys.exit(1 if bad else 0)")
     result = _run(code)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_import_scan_sees_relative_and_absolute_imports(tmp_path):
-    """The rules above are only as good as ``_imports``: it must see ``from .x import``, ``from eval.x import``."""
-    names = _imports(ROOT / "eval" / "tokencut" / "run.py")
-    assert {"eval.tokencut.ncut", "eval.shared.backbones", "skipless.models"} <= names
-    assert "eval.tokencut.outputs" in names and "eval.probe" not in names
+    """The rules above are only as good as ``_imports``: it must see ``from .x import``, ``from ..shared.x import``."""
+    names = _imports(EVAL / "tokencut" / "run.py")
+    assert {"skipless.eval.tokencut.ncut", "skipless.eval.shared.backbones", "skipless.models"} <= names
+    assert "skipless.eval.tokencut.outputs" in names and "skipless.eval.probe" not in names
 
 
 def test_no_utils_dumping_ground():

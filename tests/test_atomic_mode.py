@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.shared.report import write_text
+from skipless.eval.shared.report import write_text
 from skipless.atomic import atomic_write, umask
 from skipless.models import create_vit, save_backbone
 

@@ -375,7 +375,7 @@ def test_the_evaluators_handful_of_images_skips_a_bomb_and_says_so(tmp_path, cap
     """PCA and conditioning read their few images through the same decoder: a bomb among them is passed over."""
     from omegaconf import OmegaConf
 
-    from eval.shared.square_images import load_images
+    from skipless.eval.shared.square_images import load_images
 
     folder = tmp_path / "imgs"
     folder.mkdir()

@@ -37,7 +37,7 @@ def test_conditioning_bench_compares_the_matrix_free_kappa_with_the_dense_one():
 def assert_utilisation_of_this_device(row: dict) -> None:
     """A step row's MFU on the machine the test runs on: none on a CPU (no peak to divide by); on a GPU the
     model TFLOP/s over the peak the bench reads from the device's name, or none for a GPU it does not know."""
-    from bench.flops import gpu_peak
+    from skipless.flops import gpu_peak
 
     peak = gpu_peak()[1]
     assert row["peak_tflops"] == peak
@@ -117,7 +117,7 @@ def test_mae_step_bench_sizes_are_the_seeds_on_a_gpu_and_the_demos_on_a_cpu(gpu)
     assert archs == (["vit_base", "vit_small"] if gpu else ["vit_tiny"])
 
 
-# ---- FLOPs and the GPU peak (bench/flops.py) ------------------------------------------------------------------
+# ---- FLOPs and the GPU peak (skipless/flops.py) ------------------------------------------------------------------
 def analytic_block(n: int, d: int) -> int:
     """Matrix-product FLOPs of one pre-norm transformer block (MLP ratio 4) on ``n`` tokens of width ``d``:
     qkv, scores, attention x values, projection, MLP."""
@@ -132,7 +132,7 @@ def analytic_vit_forward(image: int, patch: int, d: int, depth: int) -> int:
 
 
 def test_forward_flops_count_the_attention_products_as_the_analytic_vit_count():
-    from bench.flops import forward_flops
+    from skipless.flops import forward_flops
 
     model = create_vit("vit_tiny", residual="skip", depth=2, img_size=32, patch_size=8)
     assert forward_flops(model, torch.zeros(1, 3, 32, 32)) == analytic_vit_forward(32, 8, 192, 2)
@@ -140,7 +140,7 @@ def test_forward_flops_count_the_attention_products_as_the_analytic_vit_count():
 
 
 def test_dino_step_flops_are_three_student_forwards_and_a_teacher_forward_heads_included():
-    from bench.flops import dino_step_flops
+    from skipless.flops import dino_step_flops
     from skipless.config import load_config
 
     cfg = load_config("pretrain", ["model=skipless", "model.arch=vit_tiny", "model.depth=1", "dino.global_crop_size=32",
@@ -154,7 +154,7 @@ def test_dino_step_flops_are_three_student_forwards_and_a_teacher_forward_heads_
 
 
 def test_supervised_step_flops_are_three_forwards_of_backbone_and_classifier():
-    from bench.flops import supervised_step_flops
+    from skipless.flops import supervised_step_flops
     from skipless.config import load_config
 
     cfg = load_config("train", ["model=skip", "model.arch=vit_tiny", "model.depth=1", "aug.image_size=32"])
@@ -163,7 +163,7 @@ def test_supervised_step_flops_are_three_forwards_of_backbone_and_classifier():
 
 @pytest.mark.parametrize("unet_skips", [True, False])
 def test_mae_step_flops_are_three_forwards_of_the_visible_encoder_the_full_decoder_and_the_skips(unet_skips):
-    from bench.flops import mae_step_flops
+    from skipless.flops import mae_step_flops
     from skipless.config import load_config
 
     cfg = load_config("pretrain", ["ssl=mae", "model=decayed", "model.arch=vit_tiny", "model.depth=4",
@@ -186,7 +186,7 @@ def test_mae_step_flops_are_three_forwards_of_the_visible_encoder_the_full_decod
     ("NVIDIA A100-SXM4-80GB", 312.0), ("NVIDIA A100 80GB PCIe", 312.0),
     ("NVIDIA GeForce RTX 4090", None), ("NVIDIA H100", None), ("Tesla V100-SXM2-16GB", None)])
 def test_the_gpu_peak_is_chosen_by_the_device_name(monkeypatch, name, peak):
-    from bench.flops import gpu_peak, mfu_note, utilisation
+    from skipless.flops import gpu_peak, mfu_note, utilisation
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
@@ -199,7 +199,7 @@ def test_the_gpu_peak_is_chosen_by_the_device_name(monkeypatch, name, peak):
 
 
 def test_no_mfu_on_a_cpu(monkeypatch):
-    from bench.flops import gpu_peak, mfu_note
+    from skipless.flops import gpu_peak, mfu_note
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu_peak() == (None, None) and "CPU" in mfu_note()
@@ -514,7 +514,7 @@ def test_forward_flops_counts_a_model_that_hands_a_parameter_to_a_submodule_and_
     import timm
     from torch.utils.flop_counter import FlopCounterMode
 
-    from bench.flops import forward_flops
+    from skipless.flops import forward_flops
 
     model = timm.create_model("cait_s24_224", num_classes=0, img_size=32, embed_dim=24, depth=1, num_heads=2,
                               depth_token_only=1).train()

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.autograd.functional import jacobian
 
-from eval.conditioning.run import main
+from skipless.eval.conditioning.run import main
 from skipless.analysis.condition_number import NUMERICALLY_ZERO, Solver
 from skipless.analysis.conv_block_conditioning import block_inputs, block_maps, conv_block_conditions
 from skipless.models.checkpoint import save_backbone

@@ -50,7 +50,7 @@ class Set(Exception):
 
 def _entry(name):
     import importlib
-    module = importlib.import_module(f"eval.{name}.run")
+    module = importlib.import_module(f"skipless.eval.{name}.run")
     return module, getattr(module, {"probe": "run_probe", "knn": "run_knn", "linear": "run_linear",
                                     "tsne": "run_tsne"}.get(name, "run"))
 

@@ -3,7 +3,7 @@ written in README.md and docs/*.md, in prose, in inline code or in a code block,
 
 What counts as a path, and where it is looked for:
 
-- A word that begins with one of the repository's folders, ``src/``, ``configs/``, ``eval/``, ``paper/``,
+- A word that begins with one of the repository's folders, ``src/``, ``configs/``, ``paper/``,
   ``bench/``, ``tests/``, ``docs/`` (or is ``data/README.md``), is a path from the repository root, on
   every page: it must be a file or a folder there (``docs/results.md`` and ``configs/model/`` pass,
   ``configs/recipe/gone.yaml`` fails).
@@ -17,7 +17,7 @@ What counts as a path, and where it is looked for:
   TensorBoard) is not a path of this repository and is not read.
 - Not paths: a word inside a longer one (``runs/<run>/eval/tb/`` does not name ``eval/tb/``), a word
   with a placeholder or a wildcard (``<``, ``>``, ``*``, ``{``: ``configs/model/*.yaml``,
-  ``eval/<name>/run.py``), a word that begins with ``runs/`` or ``data/`` (what a run or a user makes;
+  ``src/skipless/eval/<name>/run.py``), a word that begins with ``runs/`` or ``data/`` (what a run or a user makes;
   ``data/README.md`` excepted), ``/``, ``~`` or ``.``, and a URL.
 - A rooted word that ``.gitignore`` names (``bench/results.json``, matching ``bench/*.json``) is what a
   command writes, not a file of the checkout, and is not read.
@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-ROOTED = ("src", "configs", "eval", "paper", "bench", "tests", "docs")
+ROOTED = ("src", "configs", "paper", "bench", "tests", "docs")
 FILE_ENDINGS = (".py", ".yaml", ".md", ".png", ".json")
 # A word: path characters, placeholders and wildcards included so that a word holding one is seen whole.
 WORD = re.compile(r"(?<![\w./<>*{}~$-])([\w.<>*{}~-]+/[\w./<>*{},~-]*)")
@@ -135,7 +135,7 @@ def test_the_scan_sees_what_it_should_and_skips_the_rest():
             "data/README.md:")
     assert missing_paths(docs_page, text) == ["configs/recipe/gone.yaml", "src/skipless/nothing.py", "images/gone.png",
                                               "bench/gone.py", "ssl/mae/gone.py", "skipless/data/gone.py"]
-    assert missing_paths(readme, "images/gone.png configs/model/ bench/flops.py") == []  # no images/ beside the README
-    text = ("`python -m skipless.pretrain`, .venv/bin/python -m eval.knn, python3 -m paper, python -m bench; "
-            "python -m eval.<name>, python -m skipless.gone, python -m json.tool")
+    assert missing_paths(readme, "images/gone.png configs/model/ bench/table.py") == []  # no images/ beside the README
+    text = ("`python -m skipless.pretrain`, .venv/bin/python -m skipless.eval.knn, python3 -m paper, python -m bench; "
+            "python -m skipless.eval.<name>, python -m skipless.gone, python -m json.tool")
     assert missing_modules(text) == ["skipless.gone"]

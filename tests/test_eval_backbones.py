@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from eval.shared.backbones import BackboneNotFoundError, load_spec, newest_run, resolve_backbones, split_items
-from eval.shared.report import markdown_table
+from skipless.eval.shared.backbones import BackboneNotFoundError, load_spec, newest_run, resolve_backbones, split_items
+from skipless.eval.shared.report import markdown_table
 from skipless.models import create_vit, extract_features, save_backbone
 
 

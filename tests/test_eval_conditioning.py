@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from eval.conditioning.run import main, run
+from skipless.eval.conditioning.run import main, run
 from skipless.analysis.condition_number import dense_condition
 from skipless.analysis.jacobians import network_jacobian_dense
 from skipless.config import load_config

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from eval.tokencut.corloc import best_iou, box_iou, corloc
+from skipless.eval.tokencut.corloc import best_iou, box_iou, corloc
 
 
 def _pixels(box, size=40):

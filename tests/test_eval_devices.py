@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from eval.shared import devices
-from eval.shared.devices import resolve_device
+from skipless.eval.shared import devices
+from skipless.eval.shared.devices import resolve_device
 from skipless.config import ConfigError
 
 

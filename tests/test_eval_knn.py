@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from eval.shared.global_features import build_global_features, global_tokens
-from eval.knn.run import knn_scores, main
+from skipless.eval.shared.global_features import build_global_features, global_tokens
+from skipless.eval.knn.run import knn_scores, main
 from global_fixtures import SMALL, colour_images, register_colours, tiny_backbone
 from host_reads import HostReads
 from skipless.data.classification.registry import LabelledImages
@@ -192,6 +192,6 @@ def test_make_passes_only_what_is_set(target):
                              text=True, check=True).stdout
         return " ".join(out.split())
 
-    assert line() == f"python -m eval.{target}"
+    assert line() == f"python -m skipless.eval.{target}"
     assert line("CKPT=runs/a random", "DATASET=default", "OUT=/tmp/o", "ARGS=seed=1") == \
-        f"python -m eval.{target} dataset=default 'ckpt='\\''runs/a random'\\''' 'out='\\''/tmp/o'\\''' seed=1"
+        f"python -m skipless.eval.{target} dataset=default 'ckpt='\\''runs/a random'\\''' 'out='\\''/tmp/o'\\''' seed=1"

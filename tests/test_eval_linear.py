@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from eval.knn import run as knn
-from eval.linear import run as linear
-from eval.linear.run import train_and_score
-from eval.linear.heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
-from eval.linear.recipe import Recipe
-from eval.linear.schedule import lr_at
+from skipless.eval.knn import run as knn
+from skipless.eval.linear import run as linear
+from skipless.eval.linear.run import train_and_score
+from skipless.eval.linear.heads import ClassifierHeads, best_lr_index, evaluate_heads, train_heads
+from skipless.eval.linear.recipe import Recipe
+from skipless.eval.linear.schedule import lr_at
 from global_fixtures import SMALL, register_colours, tiny_backbone
 from host_reads import HostReads
 from skipless.config import load_config

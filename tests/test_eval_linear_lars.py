@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from eval.linear.lars import LARS
+from skipless.eval.linear.lars import LARS
 
 
 def _step(opt: LARS, params, grads) -> None:

@@ -10,12 +10,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from eval.linear import heads as heads_module
-from eval.linear import run as linear
-from eval.linear.heads import ClassifierHeads, train_heads
-from eval.linear.recipe import Recipe
-from eval.linear.run import train_and_score
-from eval.linear.schedule import lr_at
+from skipless.eval.linear import heads as heads_module
+from skipless.eval.linear import run as linear
+from skipless.eval.linear.heads import ClassifierHeads, train_heads
+from skipless.eval.linear.recipe import Recipe
+from skipless.eval.linear.run import train_and_score
+from skipless.eval.linear.schedule import lr_at
 from global_fixtures import SMALL, register_colours, tiny_backbone
 from skipless.config import CONFIG_DIR, ConfigError, leaf_values, load_config
 
@@ -191,7 +191,7 @@ def test_each_preset_end_to_end_on_one_cache_and_a_batch_larger_than_the_split(t
     assert results["mae"]["head"] == {"norm": "batchnorm", "norm_eps": 1e-6, "init": "trunc_normal", "init_std": 0.01}
     assert "batch_size 16384 is more than the 24 training images: one batch of 24 per epoch" in out
     # last_cls is the last of DINO's CLS tokens: the same numbers, sliced
-    from eval.shared.global_features import open_features
+    from skipless.eval.shared.global_features import open_features
     cache = [p for p in (run / "eval" / "cache").iterdir() if "-train-" in p.name]
     assert len(cache) == 1
     f = open_features(cache[0], json.loads((cache[0] / "meta.json").read_text())["key"])
@@ -205,7 +205,7 @@ def test_make_linear_passes_preset_only_when_set_and_help_lists_the_presets():
                              capture_output=True, text=True, check=True).stdout
         return " ".join(out.split())
 
-    assert line() == "python -m eval.linear"
-    assert line("PRESET=mae", "DATASET=default") == "python -m eval.linear linear-preset=mae dataset=default"
+    assert line() == "python -m skipless.eval.linear"
+    assert line("PRESET=mae", "DATASET=default") == "python -m skipless.eval.linear linear-preset=mae dataset=default"
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "PRESET=dino|mae|zhang" in out

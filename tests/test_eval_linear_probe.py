@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from eval.probe.feature_cache import FeatureCache, build_cache, stacked_patches
-from eval.probe.linear_probe import (LinearHeads, cache_batches, evaluate_cached, evaluate_full, train_heads,
+from skipless.eval.probe.feature_cache import FeatureCache, build_cache, stacked_patches
+from skipless.eval.probe.linear_probe import (LinearHeads, cache_batches, evaluate_cached, evaluate_full, train_heads,
                                      upsampled_losses)
 from skipless.models import create_vit, extract_features
 
@@ -151,7 +151,7 @@ def test_cache_holds_the_backbones_patch_tokens(tmp_path):
     # batch sizes differ (2 vs 3): equal up to float16 rounding of batch-size-dependent float32 sums
     assert np.allclose(np.asarray(disk.feats, np.float32), memory.feats.astype(np.float32), atol=1e-2)
     assert np.array_equal(np.asarray(disk.labels), memory.labels)
-    from eval.probe.feature_cache import image_tensor
+    from skipless.eval.probe.feature_cache import image_tensor
     x = torch.stack([image_tensor(ds.image(i), 32) for i in range(5)])
     with torch.no_grad():
         out = extract_features(model, x, [2], norm=True)[("out", 2)][:, 1:]  # patch tokens, CLS dropped

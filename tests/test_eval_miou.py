@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from eval.probe.miou import ConfusionMatrix, iou_per_class, mean_iou
+from skipless.eval.probe.miou import ConfusionMatrix, iou_per_class, mean_iou
 from host_reads import HostReads
 
 

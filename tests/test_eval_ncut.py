@@ -4,7 +4,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from eval.tokencut.ncut import (UNIQUE_GAP, affinity, bipartition, component_box, discover, lapack_spectrum,
+from skipless.eval.tokencut.ncut import (UNIQUE_GAP, affinity, bipartition, component_box, discover, lapack_spectrum,
                                 ncut_spectrum, reference_spectrum, second_eigenvector_reference, second_eigenvectors,
                                 seed_component)
 

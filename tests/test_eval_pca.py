@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from eval.pca.maps import aligned_signs, minmax, pca_rows, principal_projections, rgb_map, skew_signs
+from skipless.eval.pca.maps import aligned_signs, minmax, pca_rows, principal_projections, rgb_map, skew_signs
 
 
 def _feats(n=48, c=16, seed=0):

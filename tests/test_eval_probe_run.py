@@ -1,4 +1,4 @@
-"""``python -m eval.probe`` end to end on a tiny VOC-layout fixture with tiny backbones (CPU, seconds)."""
+"""``python -m skipless.eval.probe`` end to end on a tiny VOC-layout fixture with tiny backbones (CPU, seconds)."""
 import json
 
 import numpy as np
@@ -6,10 +6,10 @@ import pytest
 import torch
 from PIL import Image
 
-from eval.probe.miou import ConfusionMatrix
-from eval.probe.run import main
-from eval.shared.lr_sweep import sweep_edge
-from eval.probe.settings import round_to_patch, spread_layers
+from skipless.eval.probe.miou import ConfusionMatrix
+from skipless.eval.probe.run import main
+from skipless.eval.shared.lr_sweep import sweep_edge
+from skipless.eval.probe.settings import round_to_patch, spread_layers
 from skipless.data.segmentation.interface import VOCSegDataset
 from skipless.models import create_vit, save_backbone
 
@@ -199,7 +199,7 @@ def test_widening_the_sweep_upwards_leaves_the_first_heads_unchanged(setup):
 def test_the_example_figure_has_a_legend_of_the_classes_it_shows():
     from PIL import Image as PILImage
 
-    from eval.probe.figures import draw_examples
+    from skipless.eval.probe.figures import draw_examples
 
     names = ("background", "cat", "dog", "car", "bus")
     target = np.array([[0, 1], [255, 1]], dtype=np.uint8)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from eval.pca import run as pca
-from eval.probe import compute as probe_compute, run as probe, settings as probe_settings
-from eval.tokencut import run as tokencut
-from eval.shared.settings_rules import check_rules
+from skipless.eval.pca import run as pca
+from skipless.eval.probe import compute as probe_compute, run as probe, settings as probe_settings
+from skipless.eval.tokencut import run as tokencut
+from skipless.eval.shared.settings_rules import check_rules
 from skipless.config import ConfigError, leaf_values, load_config
 from skipless.config_rules import integer, non_empty_list, number, one_of, optional
 
@@ -128,7 +128,7 @@ def test_rules_refuse_nan_inf_bools_and_name_the_key():
 
 def test_an_empty_ckpt_means_the_newest_run_as_make_passes_it():
     """``make probe`` without CKPT passes ckpt="" (an empty text): accepted, as null."""
-    from eval.shared.settings_rules import COMMON
+    from skipless.eval.shared.settings_rules import COMMON
     for ckpt in ("", None, "runs/a random", ["runs/a", "random"]):
         check_rules(load_from({"ckpt": ckpt}), {"ckpt": COMMON["ckpt"]})
     with pytest.raises(ConfigError, match="ckpt must be null, a text of checkpoint items or a list of them, got 3"):

@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eval.shared.backbones import BackboneSpec
-from eval.tokencut.ncut import Discovery
-from eval.tokencut.outputs import FOUND, TRUTH, draw_examples
-from eval.tokencut.result import BackboneResult
+from skipless.eval.shared.backbones import BackboneSpec
+from skipless.eval.tokencut.ncut import Discovery
+from skipless.eval.tokencut.outputs import FOUND, TRUTH, draw_examples
+from skipless.eval.tokencut.result import BackboneResult
 
 
 def _example(box, truth):

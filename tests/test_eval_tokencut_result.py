@@ -3,9 +3,9 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.shared.backbones import BackboneSpec
-from eval.tokencut.outputs import comparison, plot_comparison
-from eval.tokencut.result import UNDEFINED_SHARE, BackboneResult
+from skipless.eval.shared.backbones import BackboneSpec
+from skipless.eval.tokencut.outputs import comparison, plot_comparison
+from skipless.eval.tokencut.result import UNDEFINED_SHARE, BackboneResult
 
 
 def _result(unique_per_block, hits_per_block):

@@ -1,4 +1,4 @@
-"""End to end on the CPU: `python -m eval.tokencut` and `python -m eval.pca` on a tiny generated set."""
+"""End to end on the CPU: `python -m skipless.eval.tokencut` and `python -m skipless.eval.pca` on a tiny generated set."""
 import csv
 import json
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 from PIL import Image
 
-from eval.pca import run as pca
-from eval.tokencut import run as tokencut
-from eval.tokencut.corloc import best_iou
+from skipless.eval.pca import run as pca
+from skipless.eval.tokencut import run as tokencut
+from skipless.eval.tokencut.corloc import best_iou
 
 from eval_fixtures import tiny_run
 

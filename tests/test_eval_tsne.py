@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval.knn import run as knn
-from eval.tsne import run as tsne
-from eval.tsne.points import choose_points
+from skipless.eval.knn import run as knn
+from skipless.eval.tsne import run as tsne
+from skipless.eval.tsne.points import choose_points
 from global_fixtures import SMALL, register_colours, tiny_backbone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_make_tsne_passes_only_what_is_set_and_is_listed_in_help():
                              capture_output=True, text=True, check=True).stdout
         return " ".join(out.split())
 
-    assert line() == "python -m eval.tsne"
-    assert line("DATASET=default", "ARGS=num_classes=5") == "python -m eval.tsne dataset=default num_classes=5"
+    assert line() == "python -m skipless.eval.tsne"
+    assert line("DATASET=default", "ARGS=num_classes=5") == "python -m skipless.eval.tsne dataset=default num_classes=5"
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "make tsne" in out

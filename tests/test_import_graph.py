@@ -1,23 +1,24 @@
-"""The import graph of ``src/skipless`` and ``eval/``, read from the code (``ast``, nothing imported), and
-the rules it must keep (issue 28):
+"""The import graph of ``src/skipless`` (the evaluators included, ``skipless.eval``) and of the two tools on top,
+``paper/`` and ``bench/``, read from the code (``ast``, nothing imported), and the rules it must keep (issues 28, 47):
 
-(a) nothing under ``src/`` imports ``eval/``, ``bench/`` or ``paper/`` (``tests/test_architecture_rules.py``
-    checks the same at run time);
-(b) no evaluator imports another evaluator, and a shared eval module imports no evaluator. A
-    module's family is its sub-package of ``eval/``; the families are listed in ``eval.EVALUATORS``
-    and the shared package is ``eval.SHARED`` (``eval/__init__.py``; ``tests/test_architecture_rules.py``
-    checks that every module lies in one of them). A module of an evaluator family may import its own
-    package's modules and the shared ones; today's families are probe (with its feature cache, linear
-    probe and mIoU), tokencut (with ncut and corloc), pca (with its maps), conditioning, knn, linear
-    (with its heads, recipe, optimizers with LARS, schedule) and tsne (with its points, embedding and
-    figures); k-NN, linear and t-SNE share the global features through ``eval.shared.global_eval`` /
-    ``eval.shared.global_features``;
+(a) nothing under ``src/`` imports ``bench/`` or ``paper/`` (``tests/test_architecture_rules.py`` checks the same at
+    run time), and ``paper/`` and ``bench/`` import only ``skipless``, never each other, and never inside a function;
+(b) no evaluator imports another evaluator, and a shared evaluator module imports no evaluator. A
+    module's family is its sub-package of ``skipless.eval``; the families are listed in
+    ``skipless.eval.EVALUATORS`` and the shared package is ``skipless.eval.SHARED``
+    (``src/skipless/eval/__init__.py``; ``tests/test_architecture_rules.py`` checks that every module lies in one
+    of them). A module of an evaluator family may import its own package's modules and the shared ones; today's
+    families are probe (with its feature cache, linear probe and mIoU), tokencut (with ncut and corloc), pca (with
+    its maps), conditioning, knn, linear (with its heads, recipe, optimizers with LARS, schedule) and tsne (with
+    its points, embedding and figures); k-NN, linear and t-SNE share the global features through
+    ``skipless.eval.shared.global_eval`` / ``skipless.eval.shared.global_features``;
 (c) no import cycle among the modules of ``src/skipless``: counting every import, also those inside a
     function (a lazy import is how a circle hides; today's lazy imports close none). A package's ``__init__`` is
     a module of its own, so ``from ..models import create_vit`` is an arrow to ``skipless.models``;
 (d) no arrow upward inside ``src/skipless``: ``LAYERS`` below orders its sub-packages and top-level
     modules from the bottom up, and a module imports only from its own sub-package (sideways) or from
-    a unit of a lower layer. Two units of one layer do not import each other.
+    a unit of a lower layer. Two units of one layer do not import each other: the evaluators (``eval``) and the
+    training loop (``training``) share a layer, so neither imports the other.
 
 The order of ``LAYERS`` is the one the code has. ``training/`` imports no method and reads none of a
 method's keys (issue 28): the methods, self-supervised (``ssl``: DINO, MAE) and supervised, form one
@@ -29,25 +30,27 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import eval as evaluators
+import skipless.eval as evaluators
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("skipless", "eval", "bench", "paper")
+TOP = ("skipless", "bench", "paper")
 
 # Bottom first. A unit is a sub-package of skipless or one of its top-level modules.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "full_precision", "step_scalars",    # leaves: the error base, fp32 islands, step scalars,
-     "cpu_threads", "tensorboard_names"),           # torch's CPU threads; short TensorBoard run names
+     "cpu_threads", "tensorboard_names", "tables"), # torch's CPU threads; short TensorBoard run names; the table writer
     ("atomic",),                                    # atomic file writes
     ("config",),                                    # the config loader
     ("config_rules", "world"),                      # typed config rules; ranks and devices
     ("models", "optim", "data"),                    # the ViT family, optimizers, dataset readers
     ("analysis", "summary"),                        # k-NN and conditioning on a model; the run header
     ("divergence",),                                # the loss check every training module runs
-    ("training",),                                  # trainer, callbacks, loaders, run folders: no method
+    ("training", "eval"),                           # trainer, callbacks, loaders, run folders: no method;
+                                                    # the frozen-feature evaluators (neither imports the other)
     ("ssl", "supervised"),                          # the methods: ssl/<name>/ (DINO, MAE), the classifier
     ("pretrain", "train", "tensorboard_page"),      # the entry points
-    ("finetune",),                                  # make train's run, from a checkpoint's backbone
+    ("finetune", "flops"),                          # make train's run, from a checkpoint's backbone; a training
+                                                    # step's FLOPs, counted on every method's module (bench, paper)
 )
 RANK = {unit: rank for rank, units in enumerate(LAYERS) for unit in units}
 
@@ -66,7 +69,7 @@ class Arrow:
 
 
 def module_name(path: Path) -> str:
-    """``src/skipless/data/voc.py`` -> ``skipless.data.voc``; ``eval/__init__.py`` -> ``eval``."""
+    """``src/skipless/data/voc.py`` -> ``skipless.data.voc``; ``paper/__init__.py`` -> ``paper``."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[0] == "src":
         parts = parts[1:]
@@ -76,7 +79,7 @@ def module_name(path: Path) -> str:
 
 
 def source_files() -> dict[str, Path]:
-    files = [*(ROOT / "src" / "skipless").rglob("*.py"), *(ROOT / "eval").rglob("*.py")]
+    files = [*(ROOT / "src" / "skipless").rglob("*.py"), *(ROOT / "paper").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
     return {module_name(p): p for p in sorted(files)}
 
 
@@ -180,9 +183,9 @@ def cycles(arrows: list[Arrow]) -> list[list[str]]:
 
 def test_the_graph_resolves_relative_absolute_and_function_level_imports():
     arrows = {(a.source, a.target): a for a in import_graph()}
-    assert ("eval.tokencut.run", "eval.tokencut.ncut") in arrows             # from .ncut import ...
-    assert ("eval.tokencut.run", "eval.shared.backbones") in arrows          # from ..shared.backbones import ...
-    assert ("eval.tokencut.run", "skipless.models") in arrows                # from skipless.models import ...
+    assert ("skipless.eval.tokencut.run", "skipless.eval.tokencut.ncut") in arrows     # from .ncut import ...
+    assert ("skipless.eval.tokencut.run", "skipless.eval.shared.backbones") in arrows  # from ..shared.backbones ...
+    assert ("skipless.eval.tokencut.run", "skipless.models") in arrows                 # from skipless.models ...
     assert ("skipless.supervised.schema", "skipless.training.schema") in arrows  # from ..training import schema
     assert ("skipless.data", "skipless.data.voc") in arrows                  # a package's __init__
     assert arrows[("skipless.data", "skipless.data.generator.synthetic")].in_function  # a lazy import
@@ -194,22 +197,32 @@ def test_every_skipless_unit_has_a_layer():
     assert units == set(RANK), "add the new sub-package or module to LAYERS (or drop a gone one)"
 
 
-def test_nothing_under_src_imports_eval_bench_or_paper():
+def test_nothing_under_src_imports_bench_or_paper():
     bad = [str(a) for a in import_graph() if a.source.startswith("skipless") and a.target.split(".")[0] != "skipless"]
     assert not bad
 
 
+def test_paper_and_bench_import_only_skipless_never_each_other_and_never_inside_a_function():
+    """The two tools on top (``make paper``, ``make bench``) stand on the package alone: an arrow between them, or
+    one hidden in a function (an import that only works from the checkout root, or that a reader of the module's
+    head does not see), fails."""
+    bad = [str(a) for a in import_graph() if a.source.split(".")[0] in ("paper", "bench")
+           and (a.target.split(".")[0] not in ("skipless", a.source.split(".")[0]) or
+                (a.in_function and a.target.split(".")[0] != a.source.split(".")[0]))]
+    assert not bad
+
+
 def family(module: str) -> str:
-    """The evaluator family (or the shared package) of an eval module: its sub-package,
-    ``eval.probe.compute`` -> ``probe``, ``eval.shared.report`` -> ``shared``."""
-    return module.split(".")[1]
+    """The evaluator family (or the shared package) of an evaluator module: its sub-package,
+    ``skipless.eval.probe.compute`` -> ``probe``, ``skipless.eval.shared.report`` -> ``shared``."""
+    return module.split(".")[2]
 
 
 def cross_family_arrows(arrows: list[Arrow]) -> list[str]:
     """Arrows from an eval module into another evaluator's package (a shared module has no family of its own)."""
     bad = []
     for a in arrows:
-        if not (a.source.startswith("eval.") and a.target.startswith("eval.")):
+        if not (a.source.startswith("skipless.eval.") and a.target.startswith("skipless.eval.")):
             continue
         here, there = family(a.source), family(a.target)
         if there != evaluators.SHARED and there != here:
@@ -236,6 +249,8 @@ def test_the_checks_see_a_circle_and_an_upward_arrow():
                Arrow("skipless.models.vit", "skipless.training.data", 1, False)]
     assert cycles(made_up) == [["skipless.data.a", "skipless.data.b"]]
     assert len(upward_arrows(made_up)) == 1 and "models (layer 4) -> training" in upward_arrows(made_up)[0]
-    made_up = [Arrow("eval.probe.run", "eval.probe.compute", 1, False), Arrow("eval.probe.run", "eval.shared.report", 1, False),
-               Arrow("eval.knn.run", "eval.linear.heads", 1, True), Arrow("eval.shared.report", "eval.pca.maps", 1, False)]
+    made_up = [Arrow("skipless.eval.probe.run", "skipless.eval.probe.compute", 1, False),
+               Arrow("skipless.eval.probe.run", "skipless.eval.shared.report", 1, False),
+               Arrow("skipless.eval.knn.run", "skipless.eval.linear.heads", 1, True),
+               Arrow("skipless.eval.shared.report", "skipless.eval.pca.maps", 1, False)]
     assert [b.split(" [")[1] for b in cross_family_arrows(made_up)] == ["knn -> linear]", "shared -> pca]"]

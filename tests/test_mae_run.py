@@ -181,7 +181,7 @@ def test_the_exported_encoder_is_what_every_evaluator_loads_with_the_features_ea
     run's folder resolves to its encoder (decayed gains, frozen sin-cos table), which gives the block
     outputs (probe, PCA, k-NN, linear, t-SNE), attention keys (TokenCut) and attention maps, and its random
     floor is an encoder of the same architecture."""
-    from eval.shared.backbones import load_spec, resolve_backbones
+    from skipless.eval.shared.backbones import load_spec, resolve_backbones
     from skipless.models.features import extract_features
 
     cfg = tiny_cfg(tmp_path, data_root, "model.pos_embed=sincos", "mae.reconstructions_every_n_epochs=0",

@@ -76,7 +76,7 @@ def _eval_line(target: str, *args: str) -> str:
 
 @pytest.mark.parametrize("target", ["probe", "tokencut", "pca"])
 def test_make_evaluators_pass_only_what_is_set(target):
-    assert _eval_line(target) == f"python -m eval.{target}"
+    assert _eval_line(target) == f"python -m skipless.eval.{target}"
     line = _eval_line(target, "CKPT=runs/a random", "LAYER=-1", "OUT=/tmp/o")
     assert "ckpt='\\''runs/a random'\\''" in line and "layers=-1" in line and "out='\\''/tmp/o'\\''" in line
 
@@ -87,7 +87,7 @@ def test_paths_with_spaces_quotes_and_commas_reach_the_evaluator_as_typed(target
     shell and the config parser, the evaluator reads what the user typed."""
     import sys
 
-    from eval.shared.backbones import split_items
+    from skipless.eval.shared.backbones import split_items
     from skipless.config import load_config
 
     echo = f"{sys.executable} -c 'import sys; print(*sys.argv[1:], sep=chr(10))'"
@@ -148,7 +148,7 @@ def test_variables_exported_by_the_shell_are_not_requests(monkeypatch):
     an evaluator does not silently write its results into $OUT (issue 34)."""
     for name, value in {"OUT": "/scratch/job-out", "DATA": "/scratch/data", "CKPT": "x", "PORT": "80"}.items():
         monkeypatch.setenv(name, value)
-    assert _eval_line("probe") == "python -m eval.probe"
+    assert _eval_line("probe") == "python -m skipless.eval.probe"
     assert dry_run("pretrain").split() == ["python", "-m", "skipless.pretrain"]
     assert _eval_line("tensorboard").endswith("--port 6006")
     assert "out='\\''/tmp/o'\\''" in _eval_line("knn", "OUT=/tmp/o")  # the make line still sets it

@@ -244,7 +244,7 @@ def test_sincos_and_decay_survive_save_and_load(tmp_path):
 
 
 def test_the_evaluators_builder_loads_the_file_and_its_random_floor(tmp_path):
-    from eval.shared.backbones import load_spec, resolve_backbones
+    from skipless.eval.shared.backbones import load_spec, resolve_backbones
 
     torch.manual_seed(0)
     model = _trained(create_vit("vit_tiny", residual="scaled-sum", depth=2, pos_embed="sincos"))

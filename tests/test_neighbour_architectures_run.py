@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from eval.conditioning import run as conditioning
-from eval.pca import run as pca
-from eval.probe import run as probe
-from eval.tokencut import run as tokencut
+from skipless.eval.conditioning import run as conditioning
+from skipless.eval.pca import run as pca
+from skipless.eval.probe import run as probe
+from skipless.eval.tokencut import run as tokencut
 from skipless.config import load_config
 from skipless.models import create_vit, save_backbone
 from skipless.pretrain import pretrain

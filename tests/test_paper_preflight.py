@@ -65,7 +65,7 @@ def test_settings_that_cannot_work_are_one_sentence(tmp_path):
         run(load_config("paper", ["exp=table2", "preflight.enabled=true"]))
     with pytest.raises(ConfigError, match=r"preflight.batch=0 is not a number of images"):
         run(_preflight("exp=graying", "preflight.batch=0", f"preflight.root={tmp_path}"))
-    with pytest.raises(ConfigError, match=r"preflight.gpu=V100 is not a GPU of bench/flops.py"):
+    with pytest.raises(ConfigError, match=r"preflight.gpu=V100 is not a GPU of skipless/flops.py"):
         run(_preflight("exp=graying", "preflight.gpu=V100", f"preflight.root={tmp_path}"))
     assert not list(tmp_path.iterdir())
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 from dino_reference import dino_tokens, released_state_dict
-from eval.shared.backbones import BackboneNotFoundError, load_spec, resolve_backbones
+from skipless.eval.shared.backbones import BackboneNotFoundError, load_spec, resolve_backbones
 from skipless.models import extract_features
 from skipless.models.checkpoint import BackboneLoadError, load_backbone, plain_state_dict, read_backbone_args
 from skipless.models.timm_weights import TimmWeightsNotCachedError, timm_backbone_args

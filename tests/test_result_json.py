@@ -3,7 +3,7 @@ without those its model does not read (``eval/shared/report.py``, ``models.appli
 import json
 import math
 
-from eval.shared.report import SIGNIFICANT, result_json, rounded, shown_args
+from skipless.eval.shared.report import SIGNIFICANT, result_json, rounded, shown_args
 from skipless.models import create_vit
 
 

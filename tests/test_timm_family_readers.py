@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from eval.knn.run import main as knn_main
-from eval.linear.run import main as linear_main
-from eval.shared.global_features import build_global_features, eval_transform
-from eval.tsne.run import main as tsne_main
+from skipless.eval.knn.run import main as knn_main
+from skipless.eval.linear.run import main as linear_main
+from skipless.eval.shared.global_features import build_global_features, eval_transform
+from skipless.eval.tsne.run import main as tsne_main
 from global_fixtures import SMALL, colour_images, register_colours
 from skipless.models.backbone_items import resolve_backbones, spec_model
 from skipless.models.checkpoint import BackboneLoadError, load_backbone, save_backbone
@@ -97,7 +97,7 @@ def test_the_cls_settings_refuse_a_cnn_before_any_feature(tmp_path, monkeypatch,
 def test_the_readers_of_vit_tokens_refuse_a_cnn_in_one_sentence(tmp_path, reader):
     import importlib
     _, run = _resnet(tmp_path / "runs" / "resnet")
-    main = importlib.import_module(f"eval.{reader}.run").main
+    main = importlib.import_module(f"skipless.eval.{reader}.run").main
     with pytest.raises(SystemExit, match=r"^error: resnet is a resnet18 \(model.family=timm\), and this command "
                                                 r"reads ViT backbones only .*; expected a ViT backbone, or make knn"):
         main([f"ckpt={run}", f"runs_root={tmp_path / 'runs'}"])

@@ -109,7 +109,7 @@ def test_an_unknown_dataset_is_one_sentence_that_lists_digits(tmp_path, capsys):
 
 def test_knn_and_linear_read_the_digits_at_28_px_as_they_are():
     """A digits backbone (patch 4, positions learned at 28 px) is evaluated at its own size, not DINO's 224."""
-    from eval.shared.global_eval import image_sizes
+    from skipless.eval.shared.global_eval import image_sizes
 
     for entry in ("knn", "linear"):
         assert image_sizes(load_config(entry, ["dataset=digits"])) == (28, 28)

@@ -198,7 +198,7 @@ def test_a_corrupt_image_in_a_class_folder_is_skipped_and_counted_not_fatal(tmp_
 
 def test_training_and_the_evaluators_look_for_a_dataset_in_the_same_place(monkeypatch):
     """make train DATA=x and make knn DATASET=x read the same folder when no root is given."""
-    from eval.shared.global_eval import data_root
+    from skipless.eval.shared.global_eval import data_root
     from skipless.data.classification.registry import READERS
 
     monkeypatch.delenv("DATA_ROOT", raising=False)

@@ -1,4 +1,4 @@
-"""t-SNE of class-token features: ``python -m eval.tsne dataset=default ckpt="runs/a runs/b"`` (``make tsne``).
+"""t-SNE of class-token features: ``python -m skipless.eval.tsne dataset=default ckpt="runs/a runs/b"`` (``make tsne``).
 
 Seed 002 (Zhang et al., Figure 3) shows the class tokens of an MAE with standard residual connections
 beside those of its decayed shortcuts, embedded by t-SNE: test images of 10 random ImageNet-100

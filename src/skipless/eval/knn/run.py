@@ -1,4 +1,4 @@
-"""Weighted k-NN classification of frozen global features: ``python -m eval.knn dataset=default ckpt="runs/a random"``.
+"""Weighted k-NN classification of frozen global features: ``python -m skipless.eval.knn dataset=default ckpt="runs/a random"``.
 
 DINO's k-NN evaluation (Caron et al. 2021, Section 4.1; facebookresearch/dino ``eval_knn.py``, after
 Wu et al. 2018): every image's feature is the CLS token after the final norm (``eval/shared/global_features.py``),

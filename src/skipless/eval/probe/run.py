@@ -1,4 +1,4 @@
-"""Dense linear-probe segmentation: ``python -m eval.probe dataset=voc multiscale=1 [ckpt="runs/a random"]``.
+"""Dense linear-probe segmentation: ``python -m skipless.eval.probe dataset=voc multiscale=1 [ckpt="runs/a random"]``.
 
 The paper's first evaluation (Section 6.2.1, Table 2): frozen features of one
 block (the last) or of several blocks concatenated (multiscale), a linear 1x1 head, 30 epochs, a

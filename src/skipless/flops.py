@@ -1,4 +1,6 @@
-"""Model FLOPs of a training step and the GPU's peak, for the bench's TFLOP/s and model FLOP utilisation.
+"""Model FLOPs of a training step and the GPU's peak, for ``make bench``'s TFLOP/s and model FLOP utilisation and
+``make paper``'s GPU-hour estimates (``paper/gpu_hours.py``): in the package, at its top (it builds every method's
+module to count it), where both tools may import it.
 
 What is counted. ``torch.utils.flop_counter.FlopCounterMode`` counts the matrix products and
 convolutions (2 FLOPs per multiply-add) of one forward pass, in eval mode, on the CPU. Attention
@@ -82,9 +84,9 @@ def mfu_note() -> str:
     if name is None:
         return "mfu: none on a CPU (no peak to divide by)."
     if peak is None:
-        return (f"mfu: none, the bf16 peak of {name!r} is not known (bench/flops.py PEAK_BF16_TFLOPS lists "
+        return (f"mfu: none, the bf16 peak of {name!r} is not known (skipless/flops.py PEAK_BF16_TFLOPS lists "
                 "the GPUs it knows).")
-    return f"mfu: against {peak:g} TFLOP/s, the dense bf16 peak of {name!r} (vendor datasheet, bench/flops.py)."
+    return f"mfu: against {peak:g} TFLOP/s, the dense bf16 peak of {name!r} (vendor datasheet, skipless/flops.py)."
 
 
 def utilisation(flops_per_image: int, batch: int, step_s: float) -> dict:

@@ -1,6 +1,6 @@
 """``make tokencut``: TokenCut object discovery with the features of every block, scored by CorLoc.
 
-    python -m eval.tokencut dataset=voc12 layers=all ckpt="runs/a runs/b random"
+    python -m skipless.eval.tokencut dataset=voc12 layers=all ckpt="runs/a runs/b random"
 
 The skipless paper (Ji et al., "Cutting the Skip", Section 6.2.2, Figure 3) scores its DINO
 backbones with TokenCut (Wang et al., TPAMI 2023) on VOC12 and COCO20k, comparing the blocks and

@@ -1,6 +1,6 @@
 """``make conditioning``: the paper's mechanism, measured on frozen backbones.
 
-    python -m eval.conditioning ckpt="init:skip init:skipless-plain init:skipless runs/a"
+    python -m skipless.eval.conditioning ckpt="init:skip init:skipless-plain init:skipless runs/a"
 
 Ji et al. ("Cutting the Skip") explain why skipless transformers train badly, and why their
 initialisation fixes it, through condition numbers of Jacobians: kappa(J J^T) of the whole network

@@ -1,7 +1,8 @@
 """Comparison tables of the evaluators: one markdown table per command, printed and saved.
 
 ``CKPT="runs/a runs/b random"`` gives one row or column per backbone; the probe, TokenCut and
-PCA (and the benchmarks) write their tables with ``markdown_table`` so they read the same, and ``compare_dir`` says
+PCA write their tables with ``markdown_table`` (``skipless/tables.py``, which ``make bench`` and ``make paper``
+use too) so they read the same, and ``compare_dir`` says
 where a table over several backbones goes (``runs/compare/`` or ``<out>/compare/``).
 """
 from __future__ import annotations
@@ -14,28 +15,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from skipless.atomic import atomic_write
+from skipless.tables import markdown_table  # noqa: F401  (the suite's one table writer, used from here)
 from skipless.models import applicable_args
-
-
-def _cell(value: Any, float_format: str) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return format(value, float_format)
-    return str(value).replace("|", "\\|")
-
-
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], float_format: str = ".1f") -> str:
-    """The suite's one table writer (evaluators and ``make bench``): a GitHub markdown table, floats
-    printed with ``float_format`` (one decimal by default, as the papers print mIoU and CorLoc), None as ``-``."""
-    widths = len(headers)
-    bad = [i for i, row in enumerate(rows) if len(row) != widths]
-    if bad:
-        raise ValueError(f"rows {bad} do not have {widths} cells like the header {list(headers)}")
-    lines = ["| " + " | ".join(_cell(h, float_format) for h in headers) + " |",
-             "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(_cell(v, float_format) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def compare_dir(runs_root: str | os.PathLike = "runs", out: str | os.PathLike | None = None) -> Path:

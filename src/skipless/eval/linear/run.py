@@ -1,4 +1,4 @@
-"""Linear classification of frozen global features: ``python -m eval.linear dataset=default ckpt="runs/a random"``.
+"""Linear classification of frozen global features: ``python -m skipless.eval.linear dataset=default ckpt="runs/a random"``.
 
 A linear classifier on the cached global features, as one of three published protocols, chosen with
 ``linear-preset=`` (``make linear PRESET=``; ``configs/linear-preset/``, ``eval/linear/recipe.py``):

@@ -1,6 +1,6 @@
 """``make pca``: PCA images of patch features, images x blocks and images x checkpoints.
 
-    python -m eval.pca ckpt="runs/skip-adamw-default runs/skipless-adamw-default" images=photos/
+    python -m skipless.eval.pca ckpt="runs/skip-adamw-default runs/skipless-adamw-default" images=photos/
 
 The skipless paper shows its features as PCA images (Ji et al., "Cutting the Skip", Figures 4, 7
 and 8): deeper skipless blocks give whole objects one colour, and skip models look noisier. For a

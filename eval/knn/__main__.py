@@ -1,7 +1,0 @@
-"""``python -m eval.knn key=value ...`` (``make knn``): ``eval.knn.run.main``."""
-import sys
-
-from .run import main
-
-if __name__ == "__main__":
-    sys.exit(main())
