@@ -159,7 +159,7 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
                  *(w for w in job.overrides if w.split("=", 1)[0] in ("run.root", "run.name"))]
         meter = folder / "meters" / f"{job.name}.json"
         run_dir = folder / job.run_dir
-        runs[job.name] = Check(job, [sys.executable, "-m", "paper.step_meter", job.entry, str(meter), *words],
+        runs[job.name] = Check(job, [sys.executable, str(REPO / "paper" / "step_meter.py"), job.entry, str(meter), *words],
                                run_dir=run_dir, meter=meter, batch=batch)
     for name, check in runs.items():
         checks.append(check)

@@ -1,4 +1,4 @@
-"""A training job of the pre-flight, measured: ``python -m paper.step_meter <entry> <meter.json> key=value ...``.
+"""A training job of the pre-flight, measured: ``python paper/step_meter.py <entry> <meter.json> key=value ...`` (by its path: the pre-flight runs it in its own folder, where the checkout is not on the path; it imports only ``skipless``).
 
 It runs the entry point's own ``main`` (``skipless.pretrain`` or ``skipless.train``) with the same
 overrides, adding one callback, ``StepMeter``, which writes ``meter.json``: each optimizer step's
@@ -113,7 +113,7 @@ class StepMeter(pl.Callback):
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 2 or argv[0] not in ENTRIES:
-        print(f"error: usage: python -m paper.step_meter {'|'.join(ENTRIES)} <meter.json> key=value ...",
+        print(f"error: usage: python paper/step_meter.py {'|'.join(ENTRIES)} <meter.json> key=value ...",
               file=sys.stderr)
         return 2
     entry, path, overrides = argv[0], argv[1], argv[2:]

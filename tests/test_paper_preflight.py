@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from paper import gpu_hours
 from paper.__main__ import run
 from paper.gpu_hours import Estimate, dataset_of, estimate
-from paper.jobs import Job
+from paper.jobs import REPO, Job
 from paper.preflight import Check, job_environment, root_variables, run_check, unset
 from skipless.config import CONFIG_DIR, ConfigError, load_config
 
@@ -47,7 +47,7 @@ def test_the_dry_listing_shows_each_job_as_the_preflight_changes_it(tmp_path, ca
     for check in checks:
         if check.job.kind == "run":
             words = check.command[check.command.index(str(check.meter)) + 1:]
-            assert check.command[1:4] == ["-m", "paper.step_meter", "pretrain"] and check.batch == 2
+            assert check.command[1:3] == [str(REPO / "paper" / "step_meter.py"), "pretrain"] and check.batch == 2
             assert {"train.max_steps=2", "train.limit_train_batches=2", "train.export_epochs=[1]",
                     "train.batch_size_per_device=2", "train.devices=1", "diagnostics.rank_images=8"} <= set(words)
             cfg = load_config("pretrain", words)
