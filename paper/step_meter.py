@@ -1,4 +1,6 @@
-"""A training job of the pre-flight, measured: ``python paper/step_meter.py <entry> <meter.json> key=value ...`` (by its path: the pre-flight runs it in its own folder, where the checkout is not on the path; it imports only ``skipless``).
+"""A training job of the pre-flight, measured: ``python paper/step_meter.py <entry> <meter.json> key=value ...``
+(by its path: the pre-flight runs it in its own folder, where the checkout is not on the path; it imports only
+``skipless``).
 
 It runs the entry point's own ``main`` (``skipless.pretrain`` or ``skipless.train``) with the same
 overrides, adding one callback, ``StepMeter``, which writes ``meter.json``: each optimizer step's
