@@ -1,9 +1,9 @@
-"""Rows of dicts as the suite's one table writer prints them (``skipless.tables.markdown_table``)."""
+"""Rows of dicts as the suite's one table writer prints them (``skipless.reports.tables.markdown_table``)."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from skipless.tables import markdown_table as _markdown_table
+from skipless.reports.tables import markdown_table as _markdown_table
 
 
 def markdown_table(rows: Sequence[dict[str, Any]], keys: Sequence[str]) -> str:

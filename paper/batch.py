@@ -1,5 +1,5 @@
 """What the dry run says of a training job's global batch: images per device x devices x accumulation steps
-(``skipless.summary.describe_batch``), as the job would run on the cluster ``make paper`` chose.
+(``skipless.reports.summary.describe_batch``), as the job would run on the cluster ``make paper`` chose.
 
 A training job's devices are part of its overrides on SLURM (``slurm.run_overrides``: ``slurm.nodes`` x
 ``slurm.gpus_per_node``); a local job trains on the devices of its config (one). At the full scale on
@@ -12,8 +12,8 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from skipless.config import ConfigError, load_config
-from skipless.summary import describe_batch
-from skipless.world import world_size
+from skipless.reports.summary import describe_batch
+from skipless.devices.world import world_size
 
 from .jobs import Job
 from .slurm import run_overrides

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from skipless.atomic import atomic_write
-from skipless.tables import markdown_table
+from skipless.reports.tables import markdown_table
 
 from .experiment import Experiment
 from .jobs import Job, job_state, read_marker

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from skipless.tables import markdown_table
+from skipless.reports.tables import markdown_table
 
 from .experiment import RUNS, Experiment
 from .jobs import Job, job_state, read_marker, result_files

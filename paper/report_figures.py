@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from skipless.tables import markdown_table
+from skipless.reports.tables import markdown_table
 
 from .experiment import RUNS, Experiment, axis_names
 from .report_cells import (NOT_AT_SCALE, cell_text, chosen_epochs, collapse_notes, collapsed_mark, combos, paper_at,

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from skipless.tables import markdown_table
+from skipless.reports.tables import markdown_table
 
 
 def read_lines(path: Path, x: str) -> dict[int | float, dict[str, Any]]:

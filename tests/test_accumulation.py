@@ -22,15 +22,15 @@ import pytest
 import torch
 
 import skipless.ssl.mae.autoencoder as mae_model
-from skipless.summary import module_peak_lr
+from skipless.reports.summary import module_peak_lr
 from skipless import pretrain as pretrain_entry
 from skipless import train as train_entry
 from skipless.config import ConfigError, load_config
 from skipless.pretrain import pretrain
-from skipless.summary import describe_batch, peak_lr
+from skipless.reports.summary import describe_batch, peak_lr
 from skipless.train import train
 from skipless.training.precision import StepOutsideAutocast
-from skipless.world import accumulation_steps, batch_per_device_step, global_batch
+from skipless.devices.world import accumulation_steps, batch_per_device_step, global_batch
 from tiny_runs import DINO_TINY, SUP_TINY
 
 WHOLE = ["train.batch_size_per_device=4"]

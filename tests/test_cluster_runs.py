@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fake_slurm import FakeSlurm, SignalAt, as_slurm_job
-from skipless.divergence import DivergenceError
+from skipless.training.divergence import DivergenceError
 from skipless.errors import EXIT_BUSY, EXIT_PREEMPTED
 from skipless.pretrain import main
 from skipless.training.run_lock import RunFolderBusyError, hold_run_folder

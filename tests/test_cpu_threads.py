@@ -1,11 +1,11 @@
-"""One rule for torch's CPU threads (``skipless/cpu_threads.py``): its arithmetic, every evaluator setting
+"""One rule for torch's CPU threads (``skipless/devices/cpu_threads.py``): its arithmetic, every evaluator setting
 it from its own ``cpu_threads`` key and loader workers before it loads any backbone, and pretraining and
 supervised training from ``train.cpu_threads``, their workers and their processes, before their run folder."""
 import pytest
 import torch
 
 from skipless.config import ConfigError, load_config
-from skipless.cpu_threads import cpu_threads, set_cpu_threads, usable_cores
+from skipless.devices.cpu_threads import cpu_threads, set_cpu_threads, usable_cores
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +27,7 @@ def test_a_nodes_training_processes_share_its_cores(cores, workers, processes, t
 
 
 def test_omp_num_threads_stands_for_the_rule_and_the_key_for_both(monkeypatch):
-    from skipless.cpu_threads import threads_reason
+    from skipless.devices.cpu_threads import threads_reason
     monkeypatch.setenv("OMP_NUM_THREADS", "6")
     assert cpu_threads(None, 8, cores=2) == 6 and "OMP_NUM_THREADS" in threads_reason(None, 8)
     assert cpu_threads(3, 8, cores=2) == 3 and threads_reason(3, 8, key="train.cpu_threads") == "train.cpu_threads"
@@ -82,7 +82,7 @@ def test_a_thread_count_below_one_is_one_sentence(tmp_path, name):
 
 
 def test_loader_workers_default_to_the_usable_cores_up_to_eight():
-    from skipless.cpu_threads import loader_workers
+    from skipless.devices.cpu_threads import loader_workers
     assert loader_workers(3) == 3 and loader_workers(0) == 0
     assert loader_workers(None) == min(8, usable_cores())
 
@@ -95,7 +95,7 @@ def test_training_sets_its_threads_from_its_key_workers_and_processes_before_its
         monkeypatch, tmp_path, entry, module_name, overrides, workers):
     import importlib
 
-    from skipless.world import training_threads
+    from skipless.devices.world import training_threads
     module = importlib.import_module(module_name)
     run = getattr(module, entry)
     calls = []
@@ -121,7 +121,7 @@ def test_training_sets_its_threads_from_its_key_workers_and_processes_before_its
 
 @pytest.mark.parametrize("entry", ["pretrain", "train"])
 def test_training_headers_say_the_threads_and_where_they_came_from(entry):
-    from skipless.summary import threads_line
+    from skipless.reports.summary import threads_line
     assert threads_line(load_config(entry, ["train.cpu_threads=3"])) == \
         "  threads  3 CPU threads per process (train.cpu_threads)"
     line = threads_line(load_config(entry, ["train.num_workers=2"]))

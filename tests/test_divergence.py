@@ -1,4 +1,4 @@
-"""skipless/divergence.py: the loss check reads the device only at the reading steps, every rank
+"""skipless/training/divergence.py: the loss check reads the device only at the reading steps, every rank
 together, and names the first non-finite step and its loss (issue 26, item 14). A whole run that
 diverges between two reading steps: tests/test_pretrain_run.py."""
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import torch
 
 from host_reads import HostReads
 from skipless.config import load_config
-from skipless.divergence import DivergenceError, stop_if_diverged
+from skipless.training.divergence import DivergenceError, stop_if_diverged
 
 NAN, INF = float("nan"), float("inf")
 

@@ -13,7 +13,7 @@ from skipless.eval.probe import compute as probe_compute, run as probe, settings
 from skipless.eval.tokencut import run as tokencut
 from skipless.eval.shared.settings_rules import check_rules
 from skipless.config import ConfigError, leaf_values, load_config
-from skipless.config_rules import integer, non_empty_list, number, one_of, optional
+from skipless.config.rules import integer, non_empty_list, number, one_of, optional
 
 from eval_fixtures import tiny_run
 

@@ -15,7 +15,7 @@ from skipless.pretrain import backbone_factory
 from skipless.ssl.dino.module import DINO
 from skipless.ssl.mae.autoencoder import MaskedAutoencoder
 from skipless.ssl.mae.module import MAE
-from skipless.summary import pretrain_header
+from skipless.reports.summary import pretrain_header
 from skipless.supervised.classifier import Supervised
 
 

@@ -37,16 +37,16 @@ TOP = ("skipless", "bench", "paper")
 
 # Bottom first. A unit is a sub-package of skipless or one of its top-level modules.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "full_precision", "step_scalars",    # leaves: the error base, fp32 islands, step scalars,
-     "cpu_threads", "tensorboard_names", "tables"), # torch's CPU threads; short TensorBoard run names; the table writer
+    ("errors",),                                    # the error base and exit statuses
     ("atomic",),                                    # atomic file writes
-    ("config",),                                    # the config loader
-    ("config_rules", "world"),                      # typed config rules; ranks and devices
+    ("config",),                                    # the config loader and its typed rules
+    ("devices",),                                   # ranks and devices, CPU threads, fp32 islands, step scalars
     ("models", "optim", "data"),                    # the ViT family, optimizers, dataset readers
-    ("analysis", "summary"),                        # k-NN and conditioning on a model; the run header
-    ("divergence",),                                # the loss check every training module runs
-    ("training", "eval"),                           # trainer, callbacks, loaders, run folders: no method;
-                                                    # the frozen-feature evaluators (neither imports the other)
+    ("analysis", "reports"),                        # k-NN and conditioning on a model; the run header, the
+                                                    # table writer, TensorBoard names
+    ("training", "eval"),                           # trainer, callbacks, loaders, run folders, the divergence
+                                                    # guard: no method; the frozen-feature evaluators
+                                                    # (neither imports the other)
     ("ssl", "supervised"),                          # the methods: ssl/<name>/ (DINO, MAE), the classifier
     ("pretrain", "train", "tensorboard_page"),      # the entry points
     ("finetune", "flops"),                          # make train's run, from a checkpoint's backbone; a training

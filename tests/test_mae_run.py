@@ -11,13 +11,13 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import skipless.ssl.mae.module as mae_module
-from skipless.summary import module_peak_lr
+from skipless.reports.summary import module_peak_lr
 from skipless.config import load_config
 from skipless.models import load_backbone
 from skipless.pretrain import main, pretrain, run_dir_of
 from skipless.ssl import method_of
 from skipless.ssl.mae.decoder import mirror_skip_pairs
-from skipless.summary import pretrain_header
+from skipless.reports.summary import pretrain_header
 from tiny_runs import Losses
 
 TINY = [

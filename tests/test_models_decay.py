@@ -10,7 +10,7 @@ from skipless.models import (
 )
 from skipless.models.from_config import vit_args, vit_from_config
 from skipless.optim.param_groups import param_groups
-from skipless.summary import describe_model
+from skipless.reports.summary import describe_model
 from skipless.supervised.schema import check_train_config
 from skipless.training.schema import RULES, check_pretrain_config
 

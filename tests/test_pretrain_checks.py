@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 
 from skipless.config import CONFIG_DIR, ConfigError, available, leaf_values, load_config, owned_choices
 from skipless.pretrain import check_keys, main, pretrain, run_dir_of
-from skipless.divergence import divergence_message
+from skipless.training.divergence import divergence_message
 from skipless.training.interrupt import resume_message
 from skipless.ssl import METHODS
 from skipless.training.data import DATASETS
@@ -91,7 +91,7 @@ def test_every_key_of_every_group_choice_has_a_rule_and_the_shipped_configs_pass
     for ssl, model, optim, data, recipe in itertools.product(METHODS, available("model"), available("optim"),
                                                              available("data"), scales):
         argv = [f"ssl={ssl}", f"model={model}", f"optim={optim}", f"data={data}", f"recipe={recipe}"]
-        if recipe not in METHOD_RECIPES[ssl]:  # another method's recipe is never read (config.py, per: ssl)
+        if recipe not in METHOD_RECIPES[ssl]:  # another method's recipe is never read (skipless.config, per: ssl)
             with pytest.raises(ConfigError, match=rf"unknown recipe '{recipe}' for {ssl}; expected one of: "):
                 load_config("pretrain", argv)
             continue

@@ -8,7 +8,7 @@ import torch
 from skipless.config import load_config, load_saved_config
 from skipless.models import load_backbone
 from skipless.pretrain import main, pretrain, run_dir_of
-from skipless.divergence import DivergenceError
+from skipless.training.divergence import DivergenceError
 from tiny_runs import PoisonAt
 
 TINY = [

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from skipless.training.callbacks import KNNMonitor
-from skipless.world import isolated_rng
+from skipless.devices.world import isolated_rng
 
 
 @pytest.fixture

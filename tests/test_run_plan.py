@@ -8,7 +8,7 @@ import torch
 from skipless.config import load_config
 from skipless.training import precision
 from skipless.training.run_plan import RunPlan, plan_run, strategy_of, sync_batchnorm_of
-from skipless.world import devices_of, training_threads
+from skipless.devices.world import devices_of, training_threads
 
 
 @pytest.mark.parametrize("entry, overrides", [

@@ -141,7 +141,7 @@ def test_multicrop_net_groups_equal_sizes_without_changing_results():
 def test_peak_lr_follows_the_global_batch():
     from types import SimpleNamespace
 
-    from skipless.summary import module_peak_lr
+    from skipless.reports.summary import module_peak_lr
     cfg = load_config("pretrain", [*TINY, "optim.lr_scale=2.0"])
     module = DINO(cfg, partial(backbone_factory, cfg))
     for world in (1, 2, 16):

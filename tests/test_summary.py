@@ -6,8 +6,8 @@ import torch
 
 from skipless.config import load_config
 from skipless.ssl import method_of
-from skipless.summary import describe_model, lr_key, peak_lr
-from skipless.summary import pretrain_header as shared_header
+from skipless.reports.summary import describe_model, lr_key, peak_lr
+from skipless.reports.summary import pretrain_header as shared_header
 
 
 def pretrain_header(cfg, run_dir=None):

@@ -1,4 +1,4 @@
-"""Short TensorBoard run names (``skipless/tensorboard_names.py``): the mapping drops ``tb`` and ``eval``
+"""Short TensorBoard run names (``skipless/reports/tensorboard_names.py``): the mapping drops ``tb`` and ``eval``
 without giving two runs one name, TensorBoard itself reads the linked folder under those names with the
 same values, and the folder follows ``runs/`` as runs start and go."""
 import time
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from skipless.tensorboard_names import ViewKeeper, short_names, sync_view
+from skipless.reports.tensorboard_names import ViewKeeper, short_names, sync_view
 
 
 def test_the_words_every_run_has_are_dropped():

@@ -11,7 +11,7 @@ from torchvision.transforms import functional as TF
 from skipless.config import load_config
 from skipless.data.classification.registry import classification_split
 from skipless.data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from skipless.summary import peak_lr
+from skipless.reports.summary import peak_lr
 from skipless.supervised.augment import batch_mixer, eval_transform, train_transform
 from skipless.train import main, run_dir_of, train
 

@@ -10,7 +10,7 @@ import torch
 
 from skipless.config import ConfigError, load_config, load_saved_config
 from skipless.models import load_backbone
-from skipless.divergence import DivergenceError
+from skipless.training.divergence import DivergenceError
 from skipless.supervised.classifier import Supervised
 from skipless.train import main, run_dir_of, train
 from skipless.training.run_folder import ResumeMismatchError

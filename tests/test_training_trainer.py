@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from skipless.config import load_config
-from skipless.summary import peak_lr
+from skipless.reports.summary import peak_lr
 from skipless.training import precision, run_plan, trainer
-from skipless.world import world_size
+from skipless.devices.world import world_size
 
 
 @pytest.mark.parametrize("gpu,capability,native_bf16,expected", [

@@ -26,7 +26,7 @@ from torch import nn
 from .config import ConfigError, load_config
 from .models.from_config import vit_from_config
 from .ssl import METHODS, Method, method_of
-from .summary import pretrain_header
+from .reports.summary import pretrain_header
 from .training.callbacks import KNNMonitor
 from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
 from .training.loader_state import ResumableLoader
@@ -39,7 +39,7 @@ from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
 from .training.run_plan import RunPlan, plan_run
 from .training.trainer import build_trainer
-from .world import check_global_batch, check_gpus_visible
+from .devices.world import check_global_batch, check_gpus_visible
 
 
 def run_dir_of(cfg: DictConfig, method: Method | None = None) -> Path:
@@ -76,7 +76,7 @@ def check_keys(cfg: DictConfig) -> Method:
 def check_config(cfg: DictConfig) -> tuple[Method, RunPlan]:
     """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py and
     the method's rules), more GPUs than this machine shows and a global batch they do not divide
-    (``world.py``), what the method refuses beyond single keys (DINO: a BatchNorm head that DDP on the CPU
+    (``devices/world.py``), what the method refuses beyond single keys (DINO: a BatchNorm head that DDP on the CPU
     cannot synchronise), and a run folder that could not be written; then the run resolved once: the
     method and the plan (``training/run_plan.py``) every later step takes."""
     method = check_keys(cfg)

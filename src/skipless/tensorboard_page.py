@@ -14,7 +14,7 @@ that opens on the headline numbers only, unsmoothed:
   ``.../top1`` and ``.../val_top1``, TokenCut's ``.../best_corloc``.
 
 Clearing the filter box shows every tag again; the plain address stays TensorBoard's own page. TensorBoard
-reads the runs through a folder of links with short names (``tensorboard_names.py``: ``<run>/probe-default/lr=0.01``
+reads the runs through a folder of links with short names (``reports/tensorboard_names.py``: ``<run>/probe-default/lr=0.01``
 rather than ``<run>/eval/tb/probe-default/lr=0.01``), kept in step with ``runs/`` while it runs.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlencode
 
-from .tensorboard_names import ViewKeeper
+from .reports.tensorboard_names import ViewKeeper
 
 HEADLINE_TAGS = (r"train/loss", r"train/mean_patch_loss", r"val/(top1|loss)", r"watch/knn/[^/]+", r"probe/val_miou", r"[^/]+/top1",
                  r"[^/]+/[^/]+/val_top1", r"[^/]+/best_corloc")

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import load_config
-from .summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr, threads_line
+from .reports.summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr, threads_line
 from .supervised.classifier import Supervised
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
@@ -32,7 +32,7 @@ from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.run_plan import RunPlan, plan_run
 from .training.trainer import build_trainer
-from .world import check_global_batch, check_gpus_visible, global_batch
+from .devices.world import check_global_batch, check_gpus_visible, global_batch
 
 
 def run_dir_of(cfg: DictConfig) -> Path:
@@ -42,7 +42,7 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 def check_config(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     """Every key checked (``supervised/schema.py``), the GPUs asked for visible and the global batch a
-    whole number of micro-batches on them (``world.py``), and the run folder (``run_dir``, by default
+    whole number of micro-batches on them (``devices/world.py``), and the run folder (``run_dir``, by default
     ``run_dir_of(cfg)``) writable, before anything is written; then the run resolved once
     (``training/run_plan.py``)."""
     check_train_config(cfg)

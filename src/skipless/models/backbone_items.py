@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import SkiplessError
-from ..world import isolated_rng
+from ..devices.world import isolated_rng
 from .checkpoint import ArchRequiredError, BackboneLoadError, load_backbone, read_backbone_args
 from .compile import compile_blocks
 from .timm_family import backbone_from_args, family_of, model_name

@@ -61,7 +61,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from ..full_precision import full_precision
+from ..devices.full_precision import full_precision
 
 
 def _compute_dtype(p: Tensor) -> torch.dtype:

@@ -34,7 +34,7 @@ import lightning.pytorch as pl
 from omegaconf import DictConfig
 from torch import nn
 
-from ..config_rules import Rule
+from ..config.rules import Rule
 
 Relation = Callable[[dict[str, Any]], "str | None"]
 

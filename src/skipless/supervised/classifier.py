@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..divergence import stop_if_diverged
-from ..full_precision import at_least_float32, full_precision
+from ..training.divergence import stop_if_diverged
+from ..devices.full_precision import at_least_float32, full_precision
 from ..models.from_config import vit_args
 from ..models.compile import compile_in_place
 from ..models.timm_family import create_timm_backbone
@@ -34,8 +34,8 @@ from ..models.vit import create_vit
 from ..optim import optimizer_from_config
 from ..optim.param_groups import layer_decay_groups, param_groups
 from ..optim.schedules import cosine_schedule
-from ..step_scalars import device_scalars
-from ..summary import module_peak_lr
+from ..devices.step_scalars import device_scalars
+from ..reports.summary import module_peak_lr
 from ..training.collapse import ClassCounts
 from ..training.micro_batches import micro_steps
 from ..training.module_contract import start_step, steps_per_epoch
@@ -129,7 +129,7 @@ class Supervised(pl.LightningModule):
             if self.cfg.optim.clip_grad:
                 torch.nn.utils.clip_grad_norm_(self.parameters(), float(self.cfg.optim.clip_grad))
             opt.step()
-        stop_if_diverged(self, loss, step)  # read every N steps: skipless/divergence.py
+        stop_if_diverged(self, loss, step)  # read every N steps: skipless/training/divergence.py
 
         schedule = device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)
         train_metrics = {"train/top1": top1} if mixed is None else {}

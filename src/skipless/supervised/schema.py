@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
-from ..config_rules import Rule, integer, is_real, number, one_of, optional, text
+from ..config.rules import Rule, integer, is_real, number, one_of, optional, text
 from ..data.classification.registry import READERS
 from ..models.timm_family import FAMILIES, TIMM_CLASSES, TimmFamilyError, create_timm_backbone, is_timm_model
 from ..training import schema as pretrain_schema

@@ -21,10 +21,10 @@ from omegaconf import OmegaConf
 
 from ..analysis.knn import knn_accuracy
 from ..atomic import DiskFullError, atomic_write, size_text
-from ..divergence import DivergenceError, divergence_message, raise_if_loss_diverged
+from .divergence import DivergenceError, divergence_message, raise_if_loss_diverged
 from ..models import create_vit, save_backbone
-from ..summary import module_peak_lr
-from ..world import isolated_rng
+from ..reports.summary import module_peak_lr
+from ..devices.world import isolated_rng
 from .run_summary import RunSummary  # noqa: F401  (the run summary lives in its own module; imported from here)
 
 
@@ -32,7 +32,7 @@ class DivergenceGuard(pl.Callback):
     """Stops the run at an epoch end when a loss since the last reading step or a parameter is
     non-finite, before anything is exported or checkpointed (it must come first in the callback
     list), so the last good checkpoint survives. The losses are recorded by ``stop_if_diverged``
-    in each module's ``training_step`` (``skipless/divergence.py`` states the rule)."""
+    in each module's ``training_step`` (``skipless/training/divergence.py`` states the rule)."""
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         raise_if_diverged(trainer, pl_module)

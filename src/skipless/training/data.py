@@ -36,7 +36,7 @@ from ..data.reads import UNREADABLE_KINDS, unreadable_kind
 from ..data.generator.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from ..world import accumulation_steps, batch_per_device_step, world_size
+from ..devices.world import accumulation_steps, batch_per_device_step, world_size
 from .loader_state import ResumableLoader
 
 DATASETS = ("default", "imagenet", "imagenet10")  # the ImageNet-style folders are read alike

@@ -36,7 +36,7 @@ from ..analysis.block_signals import attention_signals, gradient_norms, paramete
 from ..analysis.condition_number import unconverged_note
 from ..analysis.diagnostics import MEASURES, DiagnosticSettings, diagnose, result_to_json
 from ..analysis.tensorboard_values import GROUP as TB_GROUP, tensorboard_values
-from ..world import isolated_rng
+from ..devices.world import isolated_rng
 
 
 def _log(trainer: pl.Trainer, metrics: dict[str, float]) -> None:

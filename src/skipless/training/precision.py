@@ -33,8 +33,8 @@ import torch
 from lightning.pytorch.plugins.precision import DoublePrecision, MixedPrecision, Precision
 from omegaconf import DictConfig
 
-from ..full_precision import full_precision
-from ..world import runs_on_cuda
+from ..devices.full_precision import full_precision
+from ..devices.world import runs_on_cuda
 
 MIXED = ("16-mixed", "bf16-mixed")
 

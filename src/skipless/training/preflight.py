@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from ..config import ConfigError
 from ..errors import SkiplessError
-from ..world import devices_of, world_size
+from ..devices.world import devices_of, world_size
 from .run_folder import ResumeMismatchError
 
 

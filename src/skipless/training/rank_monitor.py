@@ -21,7 +21,7 @@ import torch
 from ..analysis.class_token_rank import class_token_rank
 from ..analysis.pooled_rank import pooled_feature_rank
 from ..models.timm_family import family_of
-from ..world import isolated_rng
+from ..devices.world import isolated_rng
 
 
 def feature_rank(model: torch.nn.Module, images: torch.Tensor) -> dict:

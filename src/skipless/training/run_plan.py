@@ -23,7 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..config import ConfigError
-from ..world import devices_of, runs_on_cuda, training_threads, world_size
+from ..devices.world import devices_of, runs_on_cuda, training_threads, world_size
 from .precision import autocast_device, choose_precision
 
 

@@ -5,7 +5,7 @@ accepts and the words that say so. It states types and ranges only; the defaults
 files (one place each). ``RELATIONS`` are the checks between keys (a warm-up within the training,
 exports the run reaches). A method's own section (``dino:``, ``mae:``) is checked by the rules and
 relations of its ``skipless.ssl.Method``, built from the same pieces (``warmup_of``, ``tiles_patches``). ``check_pretrain_config`` refuses the first bad value in one
-sentence that names the key, its value and what was expected (``skipless.config_rules``, the
+sentence that names the key, its value and what was expected (``skipless.config.rules``, the
 building blocks the evaluators' rules use too):
 
     train.epochs must be an integer >= 1, got 0
@@ -21,10 +21,10 @@ from typing import Any, Callable
 from omegaconf import DictConfig
 
 from ..config import ConfigError, leaf_values
-from ..config_rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
+from ..config.rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
 from ..models.vit import ARCHS
 from ..optim import IMPLEMENTATIONS, OPTIMIZERS
-from ..world import world_size
+from ..devices.world import world_size
 from .data import DATASETS
 
 # bf16-true / 16-true are not offered: they keep the weights, the optimizer state and DINO's EMA teacher in
@@ -116,7 +116,7 @@ RULES: dict[str, Rule] = {
     "train.batch_size_per_device": POSITIVE_INT,
     "train.global_batch": optional(POSITIVE_INT),  # divisibility by the devices: world.check_global_batch
     "train.num_workers": COUNT,
-    "train.cpu_threads": optional(POSITIVE_INT),  # null: skipless.cpu_threads's rule
+    "train.cpu_threads": optional(POSITIVE_INT),  # null: skipless.devices.cpu_threads's rule
     "train.accelerator": one_of(*ACCELERATORS),
     "train.devices": WORLD,
     "train.num_nodes": POSITIVE_INT,

@@ -38,9 +38,9 @@ from skipless.analysis.tensorboard_values import tensorboard_values
 from skipless.analysis.sub_blocks import has_finite_weights
 from skipless.analysis.embedding_condition import EMBEDDINGS
 from skipless.config import load_config
-from skipless.config_rules import Rule, boolean, integer, number, one_of, optional, text
+from skipless.config.rules import Rule, boolean, integer, number, one_of, optional, text
 from skipless.errors import exit_on_user_error
-from skipless.cpu_threads import set_cpu_threads
+from skipless.devices.cpu_threads import set_cpu_threads
 from skipless.models import patch_grid
 from skipless.models.timm_family import family_of
 

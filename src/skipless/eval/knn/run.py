@@ -26,9 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from skipless.analysis.knn import iter_knn_votes
 from skipless.config import ConfigError, load_config
-from skipless.config_rules import Rule, is_int, non_empty_list, number
+from skipless.config.rules import Rule, is_int, non_empty_list, number
 from skipless.errors import exit_on_user_error
-from skipless.cpu_threads import set_cpu_threads
+from skipless.devices.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (POOLED_FAMILIES, GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from skipless.config import ConfigError
-from skipless.config_rules import Rule, boolean, integer, is_real, non_empty_list, number, one_of
+from skipless.config.rules import Rule, boolean, integer, is_real, non_empty_list, number, one_of
 
 INPUTS = ("cls", "cls+avgpool", "last_cls", "pooled")
 NORMS = ("none", "batchnorm")

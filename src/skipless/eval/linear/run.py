@@ -46,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from skipless.config import ConfigError, load_config
 from skipless.errors import exit_on_user_error
-from skipless.cpu_threads import set_cpu_threads
+from skipless.devices.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (POOLED_FAMILIES, refuse_cls_without_token, GlobalSettings, backbone_features, describe_splits, features_summary, finish_table,

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from skipless.config_rules import integer, number, one_of, optional, text
+from skipless.config.rules import integer, number, one_of, optional, text
 from skipless.config import load_config
 from skipless.errors import exit_on_user_error
-from skipless.cpu_threads import set_cpu_threads
+from skipless.devices.cpu_threads import set_cpu_threads
 from skipless.models import patch_features, patch_grid, resolve_layers
 
 from ..shared.backbones import RANDOM, BackboneSpec, load_spec

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from skipless.cpu_threads import loader_workers
+from skipless.devices.cpu_threads import loader_workers
 
 from skipless.data.segmentation.seg_views import Mirrored
 

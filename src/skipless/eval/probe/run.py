@@ -25,7 +25,7 @@ import torch
 from omegaconf import DictConfig
 
 from skipless.config import load_config
-from skipless.cpu_threads import loader_workers, set_cpu_threads
+from skipless.devices.cpu_threads import loader_workers, set_cpu_threads
 from skipless.data import build_split
 from skipless.errors import exit_on_user_error
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig, ListConfig
 
-from skipless.config_rules import Rule, boolean, integer, non_empty_list, number, one_of, optional, text
+from skipless.config.rules import Rule, boolean, integer, non_empty_list, number, one_of, optional, text
 from skipless.config import ConfigError
 from skipless.data import SEGMENTATION_DATASETS, UnknownDatasetError
 from skipless.models import FeatureRequestError, resolve_layers

@@ -24,8 +24,8 @@ import torch
 from omegaconf import DictConfig
 
 from skipless.config import ConfigError
-from skipless.config_rules import Rule, boolean, integer, one_of, optional, text
-from skipless.cpu_threads import loader_workers as loader_workers_for
+from skipless.config.rules import Rule, boolean, integer, one_of, optional, text
+from skipless.devices.cpu_threads import loader_workers as loader_workers_for
 from skipless.data.classification.registry import READERS, classification_split
 from skipless.data.errors import UnknownDatasetError
 from skipless.models import FeatureRequestError

@@ -1,7 +1,7 @@
 """Comparison tables of the evaluators: one markdown table per command, printed and saved.
 
 ``CKPT="runs/a runs/b random"`` gives one row or column per backbone; the probe, TokenCut and
-PCA write their tables with ``markdown_table`` (``skipless/tables.py``, which ``make bench`` and ``make paper``
+PCA write their tables with ``markdown_table`` (``skipless/reports/tables.py``, which ``make bench`` and ``make paper``
 use too) so they read the same, and ``compare_dir`` says
 where a table over several backbones goes (``runs/compare/`` or ``<out>/compare/``).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from skipless.atomic import atomic_write
-from skipless.tables import markdown_table  # noqa: F401  (the suite's one table writer, used from here)
+from skipless.reports.tables import markdown_table  # noqa: F401  (the suite's one table writer, used from here)
 from skipless.models import applicable_args
 
 

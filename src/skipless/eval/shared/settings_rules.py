@@ -1,6 +1,6 @@
 """The rule of every evaluator setting, as a table: key -> (check, what is expected).
 
-The building blocks (``Rule``, ``integer``, ``number`` ...) are ``skipless.config_rules``, shared with
+The building blocks (``Rule``, ``integer``, ``number`` ...) are ``skipless.config.rules``, shared with
 the pretraining schema; this module adds the keys every evaluator has and ``check_rules``.
 
 Each evaluator (``eval.probe.settings``, ``eval.tokencut.run``, ``eval.pca.run``) lists its keys once, with
@@ -19,7 +19,7 @@ from typing import Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from skipless.config import ConfigError
-from skipless.config_rules import (Rule, boolean, check_value, either, integer, is_int, non_empty_list, one_of, optional,
+from skipless.config.rules import (Rule, boolean, check_value, either, integer, is_int, non_empty_list, one_of, optional,
                                    plain, text)
 
 
@@ -38,7 +38,7 @@ COMMON = {
     "seed": integer(0),
     "device": text(),  # its name is checked by eval.shared.devices.resolve_device
     "norm": boolean(),
-    "cpu_threads": optional(integer(1)),  # null: skipless.cpu_threads's rule
+    "cpu_threads": optional(integer(1)),  # null: skipless.devices.cpu_threads's rule
     "random_floor": boolean(),            # one backbone given: its random init beside it (output_dirs.py)
 }
 

@@ -29,13 +29,13 @@ from omegaconf import DictConfig
 from PIL import UnidentifiedImageError
 from tqdm import tqdm
 
-from skipless.config_rules import Rule, integer, number, one_of, optional, text
+from skipless.config.rules import Rule, integer, number, one_of, optional, text
 from skipless.config import ConfigError, load_config
 from skipless.data import DISCOVERY_DATASETS, MalformedDatasetError, UnknownDatasetError, build_discovery
 from skipless.errors import exit_on_user_error
-from skipless.cpu_threads import set_cpu_threads
+from skipless.devices.cpu_threads import set_cpu_threads
 from skipless.models import patch_features, resolve_layers
-from skipless.summary import describe_model
+from skipless.reports.summary import describe_model
 
 from ..shared.backbones import BackboneSpec, load_spec
 from ..shared.devices import resolve_device

@@ -35,10 +35,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from skipless.config import ConfigError, load_config
-from skipless.config_rules import Rule, either, integer, is_int, is_real, number, one_of, optional
+from skipless.config.rules import Rule, either, integer, is_int, is_real, number, one_of, optional
 from skipless.data.classification.registry import classification_split
 from skipless.errors import exit_on_user_error
-from skipless.cpu_threads import set_cpu_threads
+from skipless.devices.cpu_threads import set_cpu_threads
 
 from ..shared.backbones import BackboneSpec
 from ..shared.global_eval import (POOLED_FAMILIES, refuse_cls_without_token, GlobalSettings, Subset, cached_features, loader_workers, resolve_settings,

@@ -7,7 +7,7 @@ crops; ``DINOLoss`` between them. Optimisation is manual so that the recipe read
 backward, per-parameter gradient clipping, last layer frozen during the first epoch(s), optimizer
 step, center update, EMA of the teacher. Under mixed precision only the forward passes and the loss
 run under autocast; clipping, the freeze, the step, the center and the EMA run in fp32 (the official
-DINO's scope; ``skipless.full_precision``, ``training/precision.py``).
+DINO's scope; ``skipless.devices.full_precision``, ``training/precision.py``).
 
 Recipe values live in ``configs/ssl/dino.yaml`` (a scale's changes in ``configs/recipe/``). The
 schedules are defined on the **global** batch: lr = base_lr * global batch / 256, so any world size trains
@@ -62,14 +62,14 @@ from omegaconf import DictConfig
 from torch import nn
 from torch.profiler import record_function
 
-from ...divergence import stop_if_diverged
-from ...full_precision import full_precision
+from ...training.divergence import stop_if_diverged
+from ...devices.full_precision import full_precision
 from ...models.compile import compile_in_place
 from ...optim import optimizer_from_config
 from ...optim.param_groups import clip_gradients_per_parameter, param_groups
 from ...optim.schedules import cosine_schedule, linear_then_constant
-from ...step_scalars import device_scalars
-from ...summary import module_peak_lr, number_text
+from ...devices.step_scalars import device_scalars
+from ...reports.summary import module_peak_lr, number_text
 from ...training.collapse import CollapseMonitor
 from ...training.micro_batches import micro_steps
 from ...training.module_contract import start_step, steps_per_epoch
@@ -202,7 +202,7 @@ class DINO(pl.LightningModule):
             with record_function(RANGES["ema"]):
                 self._ema_update(momentum)
         # Recorded on the device, read every train.log_every_n_steps and before each epoch end's saves
-        # (skipless/divergence.py): nothing after a non-finite loss is ever saved.
+        # (skipless/training/divergence.py): nothing after a non-finite loss is ever saved.
         stop_if_diverged(self, loss, step)
         with record_function(RANGES["log"]):
             schedule = {"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd, "watch/schedule/momentum": momentum,

@@ -6,7 +6,7 @@ sentence (``dino.local_crops_number must be an integer >= 0, got -1``).
 """
 from __future__ import annotations
 
-from ...config_rules import Rule
+from ...config.rules import Rule
 from ...training.schema import BOOL, COUNT, CROP_SCALE, POSITIVE, POSITIVE_INT, UNIT, tiles_patches, warmup_of
 
 RULES: dict[str, Rule] = {

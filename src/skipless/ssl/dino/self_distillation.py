@@ -41,7 +41,7 @@ from torch import nn
 from torchvision import transforms
 
 from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from ...full_precision import at_least_float32, full_precision
+from ...devices.full_precision import at_least_float32, full_precision
 
 
 class RandomGaussianBlur:

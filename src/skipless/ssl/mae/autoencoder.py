@@ -74,7 +74,7 @@ from torchvision import transforms
 
 from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ...errors import ModelArgumentError
-from ...full_precision import at_least_float32, full_precision
+from ...devices.full_precision import at_least_float32, full_precision
 from ...models.vit import SkiplessViT
 from .decoder import MAEDecoder
 

@@ -7,7 +7,7 @@ at step s of W, then cosine to ``optim.min_lr``; weight decay from ``optim.weigh
 recipes set equal, so it is constant as in Zhang et al. App 8.1), the loss, the divergence guard, the
 backward pass, optional clipping (``optim.clip_grad``; 0 in MAE's recipes: MAE clips nothing), the step.
 Under mixed precision only the forward pass and the loss run under autocast; clipping and the step run
-in fp32 (``skipless.full_precision``, ``training/precision.py``).
+in fp32 (``skipless.devices.full_precision``, ``training/precision.py``).
 
 Gradient accumulation (``train.global_batch``, MAE's ``accum_iter``; ``training/micro_batches.py``): the
 step's images are cut into micro-batches of ``train.batch_size_per_device``, each masked, encoded, decoded
@@ -72,16 +72,16 @@ from torchvision.utils import make_grid, save_image
 
 from ...atomic import atomic_write
 from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from ...divergence import stop_if_diverged
-from ...full_precision import full_precision
+from ...training.divergence import stop_if_diverged
+from ...devices.full_precision import full_precision
 from ...models.compile import compile_in_place
 from ...models.decay import DEFAULT_ALPHA_MIN
 from ...models.vit import ARCHS
 from ...optim import optimizer_from_config
 from ...optim.param_groups import clip_gradients_per_parameter, param_groups
 from ...optim.schedules import cosine_schedule
-from ...step_scalars import device_scalars
-from ...summary import module_peak_lr, number_text
+from ...devices.step_scalars import device_scalars
+from ...reports.summary import module_peak_lr, number_text
 from ...training.data import diagnostic_images
 from ...training.micro_batches import micro_steps
 from ...training.module_contract import start_step, steps_per_epoch

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from ...config import CONFIG_DIR
-from ...config_rules import Rule, is_int, number, optional
+from ...config.rules import Rule, is_int, number, optional
 from ...models.vit import ARCHS
 from ...training.schema import BOOL, COUNT, CROP_SCALE, POSITIVE_INT, tiles_patches
 from .decoder import check_skip_pairs

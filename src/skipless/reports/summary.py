@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .models.decay import DEFAULT_ALPHA_MIN
-from .models.init import CUTSKIP_DEFAULTS
-from .cpu_threads import threads_reason
-from .world import accumulation_steps, devices_of, global_batch, training_threads, world_size
+from ..models.decay import DEFAULT_ALPHA_MIN
+from ..models.init import CUTSKIP_DEFAULTS
+from ..devices.cpu_threads import threads_reason
+from ..devices.world import accumulation_steps, devices_of, global_batch, training_threads, world_size
 
 
 def peak_lr(cfg: Mapping, world: int | None = None) -> float:

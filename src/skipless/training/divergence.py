@@ -26,8 +26,8 @@ import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig
 
-from .errors import SkiplessError
-from .summary import lr_key, module_peak_lr
+from ..errors import SkiplessError
+from ..reports.summary import lr_key, module_peak_lr
 
 
 class DivergenceError(SkiplessError, RuntimeError):

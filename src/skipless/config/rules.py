@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .config import ConfigError
+from . import ConfigError
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def threads_reason(requested: int | None, workers: int, processes: int = 1, key:
     if _from_environment() is not None:
         return f"OMP_NUM_THREADS; {key}= to choose"
     beside = f" x {processes} processes" if processes > 1 else ""
-    return f"half of {usable_cores()} cores less {workers} loader workers{beside}, skipless/cpu_threads.py; {key}= to choose"
+    return f"half of {usable_cores()} cores less {workers} loader workers{beside}, skipless/devices/cpu_threads.py; {key}= to choose"
 
 
 def cpu_threads(requested: int | None, workers: int, cores: int | None = None, processes: int = 1) -> int:

@@ -34,10 +34,10 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from .atomic import atomic_write
-from .errors import SkiplessError, exit_on_user_error
+from ..atomic import atomic_write
+from ..errors import SkiplessError, exit_on_user_error
 
-CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
+CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[3] / "configs"))
 
 
 # Groups that had another name at an entry point: ``make train`` chose ``dataset=`` and ``train-recipe=``

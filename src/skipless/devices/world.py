@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from .config import ConfigError
+from ..config import ConfigError
 from .cpu_threads import cpu_threads
 
 
