@@ -37,7 +37,12 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from .atomic import atomic_write
 from .errors import SkiplessError, exit_on_user_error
 
-CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[2] / "configs"))
+# The defaults: $SKIPLESS_CONFIG_DIR, else the checkout's configs/ (a source tree or an editable install), else the
+# copy an installed wheel carries as skipless/configs/ (setup.py maps configs/ there).
+_HERE = Path(__file__).resolve().parent
+_CHECKOUT_CONFIGS = _HERE.parents[1] / "configs" if _HERE.parent.name == "src" else None  # src/skipless/ -> configs/
+CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR") or (
+    _CHECKOUT_CONFIGS if _CHECKOUT_CONFIGS and _CHECKOUT_CONFIGS.is_dir() else _HERE / "configs"))
 
 
 # Groups that had another name at an entry point: ``make train`` chose ``dataset=`` and ``train-recipe=``
