@@ -32,7 +32,7 @@ import lightning.pytorch as pl
 from omegaconf import DictConfig
 from torch import nn
 
-from .config import ConfigError, load_config
+from .config import HELP, ConfigError, load_config
 from .models.backbone_items import RANDOM, BackboneSpec, newest_run, resolve_backbones, spec_model
 from .models.checkpoint import BackboneLoadError
 from .models.from_config import ARCHITECTURE_KEYS, model_keys_of
@@ -73,6 +73,8 @@ def resolve_checkpoint(argv: Sequence[str]) -> BackboneSpec:
 
 def finetune_config(argv: Sequence[str]) -> tuple[DictConfig, BackboneSpec]:
     """The resolved config of a fine-tuning (the checkpoint's architecture in ``model.*``) and its backbone."""
+    if any(item in HELP for item in argv):  # before a checkpoint is looked for: load_config prints the help, exits
+        load_config("finetune", argv)
     argv = [f"finetune.ckpt={item.split('=', 1)[1]}" if item.split("=", 1)[0].strip() == "ckpt" else item
             for item in argv]
     spec = resolve_checkpoint(argv)

@@ -20,6 +20,8 @@
 4. An entry may build on another: ``base: train`` in ``finetune.yaml`` takes ``train.yaml``'s keys, merges
    its own over them and chooses its own groups (``_entry_file``).
 5. ``save_config`` writes the resolved result next to the run; ``load_saved_config`` reads it back.
+6. An item ``--help`` (or ``-h``) prints ``config_help`` instead (the program's usage, its config file, groups
+   and choices, every key and its default) and exits with status 0: every entry point has it, none writes first.
 
 Modelled on dinov2's ``utils/config.py``, without Hydra.
 """
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import difflib
 import os
+import sys
+import textwrap
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -37,12 +41,20 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from ..atomic import atomic_write
 from ..errors import SkiplessError, exit_on_user_error
 
-CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR", Path(__file__).resolve().parents[3] / "configs"))
+# The defaults: $SKIPLESS_CONFIG_DIR, else the checkout's configs/ (a source tree or an editable install), else the
+# copy an installed wheel carries as skipless/configs/ (setup.py maps configs/ there).
+_PACKAGE = Path(__file__).resolve().parents[1]  # skipless/
+_CHECKOUT_CONFIGS = _PACKAGE.parents[1] / "configs" if _PACKAGE.parent.name == "src" else None  # src/skipless/ -> configs/
+CONFIG_DIR = Path(os.environ.get("SKIPLESS_CONFIG_DIR") or (
+    _CHECKOUT_CONFIGS if _CHECKOUT_CONFIGS and _CHECKOUT_CONFIGS.is_dir() else _PACKAGE / "configs"))
 
 
 # Groups that had another name at an entry point: ``make train`` chose ``dataset=`` and ``train-recipe=``
 # before every training entry point said ``data=`` and ``recipe=``.
 RENAMED_GROUPS = {"dataset": "data", "train-recipe": "recipe"}
+
+# A command-line item that asks for the entry point's help (``config_help``) instead of a run.
+HELP = ("-h", "--help")
 
 
 class ConfigError(SkiplessError, ValueError):
@@ -85,7 +97,7 @@ def _split_overrides(items: Iterable[str], groups: Sequence[str]) -> tuple[dict[
     choices, rest = {}, []
     for item in items:
         if "=" not in item:
-            raise ConfigError(f"override {item!r} is not of the form key=value")
+            raise ConfigError(f"override {item!r} is not of the form key=value (--help lists the keys)")
         key, value = item.split("=", 1)
         key = key.strip()
         if key in groups:
@@ -96,8 +108,9 @@ def _split_overrides(items: Iterable[str], groups: Sequence[str]) -> tuple[dict[
 
 
 def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | str = CONFIG_DIR) -> DictConfig:
-    """Build the resolved config of an entry point (see the module docstring)."""
-    config_dir = Path(config_dir)
+    """Build the resolved config of an entry point (see the module docstring). An item ``--help`` or ``-h``
+    prints ``config_help`` (with the groups the other items choose) and exits with status 0, as argparse does."""
+    config_dir, overrides = Path(config_dir), list(overrides)
     base_path = config_dir / f"{entry}.yaml"
     if not base_path.is_file():
         entries = sorted(p.stem for p in config_dir.glob("*.yaml"))
@@ -105,7 +118,7 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     base = _entry_file(config_dir, entry)
     defaults = base.pop("defaults", None) or {}
     groups = list(defaults.keys())
-    choices, rest = _split_overrides(overrides, groups)
+    choices, rest = _split_overrides([item for item in overrides if item not in HELP], groups)
     cfg, chosen = base, {}
     for group in groups:
         choice = choices[group] if group in choices else _default_choice(group, defaults[group], chosen)
@@ -116,6 +129,12 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
             raise ConfigError(f"unknown {group} {choice!r}; expected one of: {', '.join(available(group, config_dir))}")
         cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
         chosen[group] = stem if owner is None else stem[len(owner) + 1:]  # a method's recipe: its scale
+    if any(item in HELP for item in overrides):
+        try:
+            print(config_help(entry, config_dir, cfg, defaults, chosen), flush=True)
+        except BrokenPipeError:  # --help | head: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0)
     cfg.choices = chosen
     OmegaConf.set_struct(cfg, True)
     for item in rest:
@@ -139,6 +158,27 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
                           f"{'it' if len(missing) == 1 else 'them'} from the chosen groups (a method states its "
                           f"own recipe values: configs/ssl/<method>.yaml and its recipe/ files) or as key=value")
     return cfg
+
+
+def config_help(entry: str, config_dir: Path, cfg: DictConfig, defaults, chosen: dict[str, str]) -> str:
+    """What ``<entry point> --help`` prints: the program's usage (the first paragraph of the docstring of the
+    module run as ``__main__``), its config file, its groups with their choices, and every key with its default
+    under those choices (unresolved: ``${...}`` and ``???`` as the files write them)."""
+    usage = (getattr(sys.modules.get("__main__"), "__doc__", None) or "").strip().split("\n\n")[0].replace("``", "")
+    lines = [usage, ""] if usage else []
+    lines.append(f"config: {config_dir / f'{entry}.yaml'} (its comments explain each key); an item key=value sets "
+                 "a key below, group=choice picks a group's file")
+    if chosen:
+        lines.append(f"groups ({config_dir}/<group>/<choice>.yaml):")
+    for group, choice in chosen.items():
+        owner = _owner_of(defaults[group], chosen)
+        names = available(group, config_dir) if owner is None else owned_choices(group, owner, config_dir)
+        lines.append(f"  {group}={choice}  (choices: {', '.join(names)})")
+    dumper = type("HelpDumper", (yaml.SafeDumper,), {})  # the YAML the files write: sections as blocks, lists inline
+    dumper.add_representer(list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+    keys = yaml.dump(OmegaConf.to_container(cfg), Dumper=dumper, sort_keys=False, width=110)
+    lines += ["keys and defaults:", textwrap.indent(keys.rstrip(), "  ")]
+    return "\n".join(lines)
 
 
 def _entry_file(config_dir: Path, entry: str, seen: tuple[str, ...] = ()) -> DictConfig:
@@ -255,8 +295,6 @@ def load_saved_config(path: str | os.PathLike) -> DictConfig:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m skipless.config <entry> [key=value ...]`` prints the resolved config."""
-    import sys
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         raise SystemExit("usage: python -m skipless.config <entry> [group=choice] [key=value ...]")

@@ -1,4 +1,7 @@
-"""``python -m skipless.eval.knn key=value ...`` (``make knn``): ``skipless.eval.knn.run.main``."""
+"""``python -m skipless.eval.knn [key=value ...]`` (``make knn``):
+weighted k-NN top-1/top-5 of frozen CLS features (DINO's protocol).
+
+The entry point is ``skipless.eval.knn.run.main``; ``--help`` lists the keys and their defaults."""
 import sys
 
 from .run import main

@@ -1,4 +1,7 @@
-"""``python -m skipless.eval.probe key=value ...`` (``make probe``): ``skipless.eval.probe.run.main``."""
+"""``python -m skipless.eval.probe [key=value ...]`` (``make probe``):
+dense linear-probe segmentation on frozen patch features.
+
+The entry point is ``skipless.eval.probe.run.main``; ``--help`` lists the keys and their defaults."""
 import sys
 
 from .run import main
