@@ -401,6 +401,34 @@ def test_optimizer_bench_times_every_implementation_of_both_optimizers():
     assert text.splitlines()[-len(rows) - 2].startswith("| optim | implementation")
 
 
+def test_natural_jpegs_are_deterministic_of_the_asked_size_and_have_a_one_over_f_spectrum(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    from bench.natural_images import SIZES, amplitude_slope, ensure_natural_jpegs, natural_image
+
+    image = natural_image(3, 5, (96, 64))
+    assert image.size == (96, 64) and image.mode == "RGB"
+    assert np.array_equal(np.asarray(image), np.asarray(natural_image(3, 5, (96, 64))))
+    assert not np.array_equal(np.asarray(image), np.asarray(natural_image(3, 6, (96, 64))))
+    assert natural_image(0, 0).size in [size for size, _ in SIZES]  # drawn from ImageNet's common sizes
+
+    paths = ensure_natural_jpegs(tmp_path / "a", 2, seed=1, size=(96, 64))
+    assert [p.name for p in paths] == ["00000.jpg", "00001.jpg"]
+    first = paths[0].read_bytes()
+    more = ensure_natural_jpegs(tmp_path / "a", 3, seed=1, size=(96, 64))  # adds one file, keeps the others
+    assert more[:2] == paths and paths[0].read_bytes() == first and len(list(more[0].parent.iterdir())) == 3
+    assert ensure_natural_jpegs(tmp_path / "b", 1, seed=1, size=(96, 64))[0].read_bytes() == first  # from the seed
+    assert Image.open(paths[0]).size == (96, 64)
+
+    # The amplitude spectrum falls as 1/f (log-log slope near -1; natural images: about -0.8 to -1.5),
+    # also after the JPEG round trip; white noise, the check's control, is flat.
+    assert -1.5 < amplitude_slope(natural_image(0, 1, (256, 192))) < -0.7
+    assert -1.5 < amplitude_slope(Image.open(ensure_natural_jpegs(tmp_path / "c", 1, size=(256, 192))[0])) < -0.7
+    noise = Image.fromarray(np.random.default_rng(0).integers(0, 256, (192, 256, 3), dtype=np.uint8))
+    assert abs(amplitude_slope(noise)) < 0.2
+
+
 def test_loader_bench_measures_each_worker_count_against_the_demand(tmp_path):
     from bench.loader_throughput import COLUMNS, section_loader
 
