@@ -182,7 +182,7 @@ tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and
 paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 FORCE=1 PREFLIGHT=1 ARGS=
 	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(FORCE)),force=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)
 
-bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official side by side)
+bench: $(STAMP) ## speed and memory benchmarks, written to bench/results.json (DINO_REPO=<dino checkout>: official step and augmentation side by side)
 	$(if $(DINO_REPO),DINO_REPO="$(DINO_REPO)") $(PY) -m bench $(ARGS)
 
 tensorboard: $(STAMP) ## browse training and evaluation runs on http://127.0.0.1:6006: PORT= HOST=

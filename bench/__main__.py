@@ -16,7 +16,10 @@ Sections (each can be chosen with ``--only``):
   ``--dino-repo``) against ours, alternating, as a ratio; one line saying why when no checkout is
   given (``side_by_side.py``).
 - ``profile``: where the time of our DINO step goes, by torch.profiler (``profile_step.py``).
-- ``loader``: the pretraining loader's images/s per worker count against the step's demand
+- ``loader``: over ImageNet-sized JPEGs with natural-image statistics generated once into ``--cache``
+  (``natural_images.py``): CPU ms per image of DINO's multi-crop, MAE's and the supervised transform
+  at full scale, beside the official ``DataAugmentationDINO`` (``DINO_REPO``), where DINO's multi-crop
+  time goes, and the pretraining loader's images/s per worker count against the step's demand
   (``loader_throughput.py``; the demand from ``pretrain`` when it runs in the same call).
 - ``compile``: a backbone's forward + backward eager, with each block compiled and compiled whole
   (``compile_step.py``).
@@ -75,7 +78,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke run of the bench)")
     parser.add_argument("--out", default="bench/results.json")
     parser.add_argument("--dino-repo", default=None,
-                        help="a facebookresearch/dino checkout for the official section (default: $DINO_REPO)")
+                        help="a facebookresearch/dino checkout for the official and loader sections (default: "
+                        "$DINO_REPO)")
+    parser.add_argument("--cache", default="bench/cache",
+                        help="where the loader section keeps its generated JPEGs (written once, reused)")
     args = parser.parse_args()
     results: dict = {"device": device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
     if "init" in args.only:
@@ -113,7 +119,7 @@ def main() -> None:
         print(text)
     if "loader" in args.only:
         demand = max((r["images_per_s"] for r in results.get("pretrain", [])), default=None)
-        results["loader"], text = section_loader(args.quick, demand)
+        results["loader"], text = section_loader(args.quick, demand, args.dino_repo, cache=args.cache)
         print(text)
     for name, section in TEXT_SECTIONS.items():
         if name in args.only:

@@ -429,19 +429,85 @@ def test_natural_jpegs_are_deterministic_of_the_asked_size_and_have_a_one_over_f
     assert abs(amplitude_slope(noise)) < 0.2
 
 
-def test_loader_bench_measures_each_worker_count_against_the_demand(tmp_path):
-    from bench.loader_throughput import COLUMNS, section_loader
+LOADER_SIZES = ["train.batch_size_per_device=2", "dino.global_crop_size=32", "dino.local_crop_size=16",
+                "dino.local_crops_number=2"]
 
-    overrides = [f"data.root={tmp_path / 'data'}", "data.n_train=16", "data.n_val=4", "train.batch_size_per_device=4",
-                 "dino.global_crop_size=32", "dino.local_crop_size=16", "dino.local_crops_number=2"]
-    rows, text = section_loader(demand=10.0, overrides=overrides, batches=2)
-    assert [r["num_workers"] for r in rows] == [0, 1, 2]  # 0, 1 and the demo's train.num_workers
-    for r in rows:
-        assert set(COLUMNS) <= set(r) and r["batches"] == 2 and r["crops"] == "2x32 + 2x16"
-        assert r["images_per_s"] > 0 and r["loader_over_demand"] == pytest.approx(r["images_per_s"] / 10.0)
-    assert "not run here" not in text
-    rows, text = section_loader(overrides=overrides, batches=1)
-    assert all(r["loader_over_demand"] is None for r in rows) and "not run here" in text
+
+def test_loader_bench_reports_each_pipeline_the_breakdown_and_each_worker_count_without_an_official_checkout(
+        tmp_path, monkeypatch):
+    from bench.loader_throughput import BREAKDOWN_COLUMNS, PIPELINE_COLUMNS, STAGES, WORKER_COLUMNS, section_loader
+
+    monkeypatch.delenv("DINO_REPO", raising=False)
+    threads = torch.get_num_threads()
+    r, text = section_loader(demand=10.0, cache=tmp_path, images=2, warmup=1, batches=1, workers=[0, 1],
+                             image_size=(64, 48), overrides=LOADER_SIZES)
+    assert torch.get_num_threads() == threads  # one thread while measuring, the caller's afterwards
+    assert r["images"]["count"] == 3 and r["images"]["sizes"] == {"64x48": 3} and r["threads"] == 1
+    assert [row["pipeline"] for row in r["pipelines"]] == ["decode", "dino", "mae", "supervised"]
+    for row in r["pipelines"]:
+        assert set(PIPELINE_COLUMNS) <= set(row) and row["images"] == 2 and row["cpu_ms_per_image"] > 0
+    assert [row["views"] for row in r["pipelines"][1:]] == ["2x32 + 2x16", "1x224", "1x224"]
+    assert r["cpu_ms_per_image"] == {row["pipeline"]: row["cpu_ms_per_image"] for row in r["pipelines"]}
+    assert r["official_cpu_ms_per_image"] is None and r["official_wall_ms_per_image"] is None
+    assert "DINO_REPO is not set" in r["official_note"] and "official_cpu_ms_per_image is null" in r["official_note"]
+    assert [line for line in text.splitlines() if "DataAugmentationDINO" in line] == [r["official_note"]]
+
+    b = r["dino_breakdown"]
+    assert all(set(BREAKDOWN_COLUMNS) <= set(row) for row in b["ops"])
+    assert {row["op"] for row in b["ops"]} >= {"decode_rgb", "RandomResizedCrop", "ColorJitter", "RandomGaussianBlur",
+                                               "ToTensor", "Normalize"}
+    assert "other" not in {row["stage"] for row in b["ops"]}  # every transform of the multi-crop has its stage
+    assert list(b["stages_ms_per_image"]) == list(STAGES.values())
+    assert sum(b["stages_ms_per_image"].values()) == pytest.approx(b["total_ms_per_image"])
+    assert sum(row["share"] for row in b["ops"]) == pytest.approx(1.0)
+    assert r["draft"]["scale"] == 2 and r["draft"]["images"] == 2 and 0 <= r["draft"]["upsampled_share_draft"] <= 1
+
+    assert [w["num_workers"] for w in r["workers"]] == [0, 1]
+    for w in r["workers"]:
+        assert set(WORKER_COLUMNS) <= set(w) and w["batches"] == 1 and w["crops"] == "2x32 + 2x16" and w["batch"] == 2
+        assert w["images_per_s"] > 0 and w["loader_over_demand"] == pytest.approx(w["images_per_s"] / 10.0)
+    json.dumps(r)  # what bench/results.json stores
+
+
+FAKE_AUGMENTATION = '''
+from torchvision import transforms
+
+LOG = {log!r}
+
+
+class DataAugmentationDINO:
+    def __init__(self, global_crops_scale, local_crops_scale, local_crops_number):
+        with open(LOG, "a") as f:
+            f.write(f"init {{global_crops_scale}} {{local_crops_scale}} {{local_crops_number}}\\n")
+        self.n, self.to_tensor = local_crops_number, transforms.ToTensor()
+
+    def __call__(self, image):
+        with open(LOG, "a") as f:
+            f.write(f"call {{image.size}}\\n")
+        return [self.to_tensor(image)] * (2 + self.n)
+'''
+
+
+def test_loader_bench_times_the_official_augmentation_of_a_given_checkout(tmp_path, monkeypatch):
+    import sys
+
+    from bench.loader_throughput import section_loader
+
+    monkeypatch.delenv("DINO_REPO", raising=False)
+    repo, log = tmp_path / "dino", tmp_path / "calls.log"
+    repo.mkdir()
+    (repo / "utils.py").write_text("")
+    (repo / "vision_transformer.py").write_text("")
+    (repo / "main_dino.py").write_text(FAKE_AUGMENTATION.format(log=str(log)))
+    r, text = section_loader(dino_repo=str(repo), cache=tmp_path / "cache", images=2, warmup=1, batches=1,
+                             workers=[0], image_size=(64, 48), overrides=LOADER_SIZES)
+    assert log.read_text().splitlines() == ["init (0.4, 1.0) (0.05, 0.4) 2"] + ["call (64, 48)"] * 3  # warm-up + 2
+    official = r["pipelines"][-1]
+    assert official["pipeline"] == "official dino" and official["views"] == "2x224 + 2x96"
+    assert r["official_cpu_ms_per_image"] == official["cpu_ms_per_image"] > 0
+    assert official["official_over_ours"] == pytest.approx(official["cpu_ms_per_image"] / r["cpu_ms_per_image"]["dino"])
+    assert "official dino" not in r["cpu_ms_per_image"] and str(repo) in r["official_note"]
+    assert "official_over_ours" in text and "main_dino" not in sys.modules  # DINO's module names let go
 
 
 def test_compile_bench_times_eager_and_both_compiled_ways():
