@@ -3,7 +3,7 @@ whether the pretraining loader can feed the step.
 
 The images are ImageNet-sized JPEGs with natural-image statistics (``natural_images.py``: a 1/f amplitude
 spectrum per channel, correlated channels, occluding objects with hard edges; 500 x 375 and the other
-common ImageNet sizes; quality 90, about 110 kB a file), generated on the first call into the bench's cache
+common ImageNet sizes; quality 90, about 120 kB a file), generated on the first call into the bench's cache
 folder (``bench/cache/``, ``--cache``) and reused after. They are read from the page cache: a disk or a
 network file system is not part of these numbers.
 

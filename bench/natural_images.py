@@ -19,8 +19,8 @@ images are meant to:
   the longer side (500 x 375 most often, 500 x 333, portrait 375 x 500 and 333 x 500, 500 x 500, 500 x 400),
   with a few larger ones (640 x 480, 800 x 600) for its longer tail (the weights are ours, not counted
   from ImageNet);
-- **file**: baseline JPEG at quality 90 with 4:2:0 chroma subsampling; the files average about 110 kB, as
-  ImageNet's train files do (about 140 GB over 1.28 million).
+- **file**: baseline JPEG at quality 90 with 4:2:0 chroma subsampling; the files average about 120 kB,
+  near ImageNet's train files (about 115 kB: its 138 GiB train archive over 1.28 million files).
 
 Image ``i`` of seed ``s`` depends on ``(s, i)`` only (numpy's ``default_rng([s, i])``; libjpeg's encoder
 is deterministic), so a cache of the first ``n`` images serves every later call asking for ``n`` or fewer,
