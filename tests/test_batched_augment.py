@@ -1,4 +1,5 @@
-"""DINO's colour augmentation batched on the device (issue 48): ``skipless/data/batched_augment.py``.
+"""DINO's colour augmentation batched on the device (issue 48):
+``skipless/data/batched_augment.py`` and its DINO composition ``MultiCropColour``.
 
 1. Each op against torchvision's (``transforms.v2.functional``) applied image by image with the same
    parameter, on float images: exact (brightness, grayscale, normalisation, the uint8 -> float step), or to
@@ -9,7 +10,8 @@
    saturation: the grayscale floored, then the result truncated).
 2. The whole composition against torchvision's ops in ColorJitter's order, per image.
 3. The draws' distributions over 20,000 draws (KS distance, chi-square of the 24 orders), at bounds a wrong
-   range fails.
+   range fails, and their probabilities per crop by counting.
+4. The workers path unchanged: bit-identical crops to a copy of the transform as it was.
 """
 import math
 
@@ -20,8 +22,10 @@ from PIL import Image, ImageFilter
 from torchvision import transforms
 from torchvision.transforms.v2 import functional as TF
 
+from host_reads import HostReads
 from skipless.data import batched_augment as A
 from skipless.data.conventions import IMAGENET_MEAN, IMAGENET_STD
+from skipless.ssl.dino import self_distillation as sd
 
 N = 20_000  # draws for the statistics: a proportion's standard error is at most 0.0035
 
@@ -157,6 +161,25 @@ def test_the_batched_composition_is_torchvisions_ops_in_each_images_order():
     torch.testing.assert_close(A.apply_colour(x, draw), reference_colour(x, draw, A.BLUR_KERNEL), rtol=0, atol=2e-5)
 
 
+def test_with_no_op_drawn_the_device_path_is_the_workers_to_tensor_and_normalize_exactly():
+    u = torch.randint(0, 256, (8, 3, 10, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    never = A.ColourRecipe(jitter_p=0.0, grayscale_p=0.0)
+    colour = sd.MultiCropColour()
+    draw = A.draw_colour([never], 8, "cpu")
+    out = A.normalize(A.apply_colour(A.to_unit(u), draw), colour.mean, colour.std)
+    workers = transforms.Compose([transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    ref = torch.stack([workers(Image.fromarray(u[i].permute(1, 2, 0).numpy())) for i in range(8)])
+    assert torch.equal(out, ref)
+
+
+def test_the_device_path_makes_no_host_device_synchronisation():
+    crops = [torch.randint(0, 256, (4, 3, s, s), dtype=torch.uint8) for s in (32, 32, 16, 16)]
+    colour = sd.MultiCropColour()  # made once, with the module
+    with HostReads() as reads:
+        colour(crops)
+    assert reads.calls == []
+
+
 # ---- 3. the draws: distributions and probabilities ---------------------------------------------------------
 
 def ks_distance(values: torch.Tensor, lo: float, hi: float) -> float:
@@ -208,6 +231,47 @@ def test_the_default_recipe_draws_dinos_jitter_and_grayscale_probabilities(draws
         assert abs(share - p) <= proportion_bound(p), (gate, share)
 
 
+def test_each_crop_draws_dinos_probabilities(monkeypatch):
+    """MultiCropColour's draws, recorded, counted per crop: jitter 0.8 and grayscale 0.2 everywhere, blur 1.0,
+    0.1 and 0.5, solarisation 0.2 on the second global crop only."""
+    recorded = []
+
+    def recording(recipes, n, *args, **kwargs):
+        recorded.append((len(recipes), n, A.draw_colour(recipes, n, *args, **kwargs)))
+        return recorded[-1][2]
+
+    monkeypatch.setattr(sd, "draw_colour", recording)
+    torch.manual_seed(0)
+    sd.MultiCropColour()([torch.zeros(N, 3, 2, 2, dtype=torch.uint8)] * 4)
+    (globals_, n, g), (locals_, _, loc) = recorded
+    assert (globals_, locals_, n) == (2, 2, N)
+    crops = {"global_1": (g, slice(0, N)), "global_2": (g, slice(N, 2 * N)), "local_1": (loc, slice(0, N)),
+             "local_2": (loc, slice(N, 2 * N))}
+    expected = {"global_1": (1.0, 0.0), "global_2": (0.1, 0.2), "local_1": (0.5, 0.0), "local_2": (0.5, 0.0)}
+    for crop, (draw, rows) in crops.items():
+        blur_p, solarize_p = expected[crop]
+        for gate, p in (("jitter", 0.8), ("grayscale", 0.2), ("blur", blur_p), ("solarize", solarize_p)):
+            share = float(getattr(draw, gate)[rows].double().mean())
+            assert abs(share - p) <= proportion_bound(p), (crop, gate, share, p)
+
+
+def test_grayscale_and_solarisation_act_on_the_crops_their_draws_name():
+    """Counted on the images themselves: white crops are solarised (to below 0.5) exactly when drawn, only
+    the second global crop's, a fifth of them; colourful crops come out grey a fifth of the time."""
+    colour = sd.MultiCropColour()
+    mean, std = colour.mean, colour.std
+    torch.manual_seed(0)
+    white = torch.full((N, 3, 4, 4), 255, dtype=torch.uint8)
+    out = [o * std + mean for o in colour([white] * 3)]
+    solarised = [float((o.mean(dim=(1, 2, 3)) < 0.5).double().mean()) for o in out]
+    assert solarised[0] == 0 and solarised[2] == 0 and abs(solarised[1] - 0.2) <= proportion_bound(0.2)
+    rgb = torch.tensor([200, 40, 90], dtype=torch.uint8).view(1, 3, 1, 1).expand(N, 3, 4, 4)
+    out = [o * std + mean for o in colour([rgb] * 3)]
+    for o in out:
+        grey = ((o[:, 0] - o[:, 1]).abs().amax(dim=(1, 2)) < 1e-5).double().mean()
+        assert abs(float(grey) - 0.2) <= proportion_bound(0.2)
+
+
 def test_each_ddp_rank_keeps_its_own_rows_of_the_global_batchs_draws():
     def draw(**kw):
         return A.draw_colour([A.ColourRecipe()] * 2, kw.pop("n"), "cpu", torch.Generator().manual_seed(5), **kw)
@@ -218,3 +282,48 @@ def test_each_ddp_rank_keeps_its_own_rows_of_the_global_batchs_draws():
         for crop in range(2):  # per crop position, rank 0 holds the first half of the global batch's rows
             assert torch.equal(w[crop * 8:crop * 8 + 4], r0[crop * 4:crop * 4 + 4])
             assert torch.equal(w[crop * 8 + 4:crop * 8 + 8], r1[crop * 4:crop * 4 + 4])
+
+
+# ---- 4. the workers path as it was ------------------------------------------------------------------------
+
+# The transform as it was before data.augment_on (commit bcd866c), copied: the workers path must stay it.
+class MultiCropAsBefore:
+    def __init__(self, global_crops_scale, local_crops_scale, local_crops_number, global_size, local_size):
+        bicubic = transforms.InterpolationMode.BICUBIC
+        flip_and_jitter = transforms.Compose([
+            transforms.RandomHorizontalFlip(p=0.5),
+            transforms.RandomApply([transforms.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+            transforms.RandomGrayscale(p=0.2),
+        ])
+        normalize = transforms.Compose([transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+        def crop(size, scale):
+            return transforms.RandomResizedCrop(size, scale=tuple(scale), interpolation=bicubic)
+
+        self.global_1 = transforms.Compose([crop(global_size, global_crops_scale), flip_and_jitter,
+                                            sd.RandomGaussianBlur(1.0), normalize])
+        self.global_2 = transforms.Compose([crop(global_size, global_crops_scale), flip_and_jitter,
+                                            sd.RandomGaussianBlur(0.1), transforms.RandomSolarize(128, p=0.2),
+                                            normalize])
+        self.local = transforms.Compose([crop(local_size, local_crops_scale), flip_and_jitter,
+                                         sd.RandomGaussianBlur(0.5), normalize])
+        self.local_crops_number = local_crops_number
+
+    def __call__(self, image):
+        image = image.convert("RGB")
+        return [self.global_1(image), self.global_2(image)] + [self.local(image) for _ in range(self.local_crops_number)]
+
+
+def test_the_workers_path_makes_the_crops_it_made_before():
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (60, 80, 3), dtype=np.uint8))
+    sizes = dict(global_crops_scale=(0.4, 1.0), local_crops_scale=(0.1, 0.4), local_crops_number=2, global_size=32,
+                 local_size=16)
+    now, before = sd.MultiCropAugmentation(**sizes), MultiCropAsBefore(**sizes)
+    for seed in range(20):
+        torch.manual_seed(seed)
+        a = now(image)
+        torch.manual_seed(seed)
+        b = before(image)
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    crops = sd.MultiCropAugmentation(**sizes, colour=False)(image)
+    assert [(c.dtype, tuple(c.shape)) for c in crops] == [(torch.uint8, (3, 32, 32))] * 2 + [(torch.uint8, (3, 16, 16))] * 2
