@@ -1,4 +1,4 @@
-"""DINO's colour augmentation batched on the device (issue 48):
+"""DINO's colour augmentation batched on the device (``data.augment_on=device``, issue 48):
 ``skipless/data/batched_augment.py`` and its DINO composition ``MultiCropColour``.
 
 1. Each op against torchvision's (``transforms.v2.functional``) applied image by image with the same
@@ -12,9 +12,13 @@
 3. The draws' distributions over 20,000 draws (KS distance, chi-square of the 24 orders), at bounds a wrong
    range fails, and their probabilities per crop by counting.
 4. The workers path unchanged: bit-identical crops to a copy of the transform as it was.
+5. The key ``data.augment_on``; a tiny DINO training on the device path (and its exact resume); the workers
+   path's losses bit-identical to those of the transform as it was.
 """
 import math
+from dataclasses import replace
 
+import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
@@ -23,9 +27,14 @@ from torchvision import transforms
 from torchvision.transforms.v2 import functional as TF
 
 from host_reads import HostReads
+from skipless.config import ConfigError, load_config
 from skipless.data import batched_augment as A
 from skipless.data.conventions import IMAGENET_MEAN, IMAGENET_STD
+from skipless.devices.world import augment_on
+from skipless.pretrain import check_keys, pretrain
+from skipless.ssl import METHODS
 from skipless.ssl.dino import self_distillation as sd
+from tiny_runs import DINO_TINY, Losses
 
 N = 20_000  # draws for the statistics: a proportion's standard error is at most 0.0035
 
@@ -327,3 +336,81 @@ def test_the_workers_path_makes_the_crops_it_made_before():
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     crops = sd.MultiCropAugmentation(**sizes, colour=False)(image)
     assert [(c.dtype, tuple(c.shape)) for c in crops] == [(torch.uint8, (3, 32, 32))] * 2 + [(torch.uint8, (3, 16, 16))] * 2
+
+
+# ---- 5. the key, the device path in training, the workers path's losses -----------------------------------
+
+def test_the_key_auto_follows_the_device_and_a_bad_value_is_one_sentence():
+    assert augment_on({"data": {"augment_on": "auto"}, "train": {"accelerator": "cpu"}}) == "workers"
+    assert augment_on({"data": {"augment_on": "auto"}, "train": {"accelerator": "cuda"}}) == "device"
+    assert augment_on({"data": {"augment_on": "device"}, "train": {"accelerator": "cpu"}}) == "device"
+    with pytest.raises(ConfigError, match=r"data.augment_on must be auto \(device on CUDA, else workers\), .*got 'gpu'"):
+        check_keys(load_config("pretrain", ["data.augment_on=gpu"]))
+    with pytest.raises(ConfigError, match="data.augment_on=device .* ssl=mae has none"):
+        check_keys(load_config("pretrain", ["ssl=mae", "data.augment_on=device"]))
+    check_keys(load_config("pretrain", ["ssl=mae", "data.augment_on=workers"]))
+    image = Image.new("RGB", (40, 40), (200, 40, 90))
+    for where, dtype in (("workers", torch.float32), ("device", torch.uint8)):
+        crops = sd.multicrop_from_config(load_config("pretrain", [*DINO_TINY, f"data.augment_on={where}"]))(image)
+        assert {c.dtype for c in crops} == {dtype}
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def tiny(tmp_path, data_root, *extra):
+    return load_config("pretrain", [*DINO_TINY, f"data.root={data_root}", f"run.root={tmp_path}", *extra])
+
+
+class Batches(pl.Callback):
+    """The crops each training step receives."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.seen.append([c.detach().cpu() for c in batch])
+
+
+def test_a_tiny_dino_trains_on_the_device_path_with_normalised_float_crops(tmp_path, data_root):
+    batches, losses = Batches(), Losses()
+    pretrain(tiny(tmp_path, data_root, "data.augment_on=device"), extra_callbacks=[batches, losses])
+    assert len(losses.values) == 2 and all(math.isfinite(v) for v in losses.values)
+    for crops in batches.seen:
+        assert [tuple(c.shape) for c in crops] == [(4, 3, 32, 32)] * 2 + [(4, 3, 16, 16)] * 2
+        assert all(c.dtype == torch.float32 for c in crops)
+        pixels = torch.cat([(c * torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+                             + torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)).flatten() for c in crops])
+        assert -1e-5 < float(pixels.min()) and float(pixels.max()) < 1 + 1e-5  # normalised [0, 1] images
+        assert float(pixels.std()) > 0.02  # pictures, not a constant
+
+
+def test_a_resumed_device_path_run_draws_what_an_uninterrupted_one_does(tmp_path, data_root):
+    straight, first, second = Losses(), Losses(), Losses()
+    pretrain(tiny(tmp_path, data_root, "data.augment_on=device", "train.epochs=2", "run.name=straight"),
+             extra_callbacks=[straight])
+
+    class StopAfterFirstEpoch(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            trainer.should_stop = True
+
+    resumed = ["data.augment_on=device", "train.epochs=2", "run.name=resumed"]
+    pretrain(tiny(tmp_path, data_root, *resumed), extra_callbacks=[first, StopAfterFirstEpoch()])
+    pretrain(tiny(tmp_path, data_root, *resumed, "run.resume=true"), extra_callbacks=[second])
+    assert first.values + second.values == straight.values
+
+
+def as_before(cfg):
+    d = cfg.dino
+    return MultiCropAsBefore(d.global_crops_scale, d.local_crops_scale, d.local_crops_number, d.global_crop_size,
+                             d.local_crop_size)
+
+
+def test_the_workers_path_trains_with_the_losses_of_before(tmp_path, data_root, monkeypatch):
+    now, before = Losses(), Losses()
+    pretrain(tiny(tmp_path, data_root, "run.name=now", "data.augment_on=workers"), extra_callbacks=[now])
+    monkeypatch.setitem(METHODS, "dino", replace(METHODS["dino"], transform=as_before))
+    pretrain(tiny(tmp_path, data_root, "run.name=before"), extra_callbacks=[before])
+    assert now.values == before.values and len(now.values) == 2

@@ -9,11 +9,13 @@ with p 0.2 on the second global crop only; ImageNet normalisation. Every random 
 generator, so ``seed_everything`` and the checkpointed RNG state make the crops of a resumed run those of
 an uninterrupted one.
 
-The colour work may also run on a batch on its device: ``MultiCropAugmentation(colour=False)`` only crops
-and flips (uint8 tensors), and ``MultiCropColour`` runs the jitter, grayscale, blur, solarisation and
-normalisation on the whole batch (``skipless/data/batched_augment.py``: the ops, their fidelity to
-torchvision's, the blur kernel). The probabilities of each crop are ``GLOBAL_1``, ``GLOBAL_2`` and ``LOCAL``,
-which both paths read.
+Where the colour work runs (``data.augment_on``, resolved by ``devices.world.augment_on``): ``workers``,
+the whole of the above in the loader's workers on PIL images, as the official DINO; ``device``, the workers
+only crop and flip (``MultiCropAugmentation(colour=False)``: uint8 tensors) and ``MultiCropColour`` runs the
+jitter, grayscale, blur, solarisation and normalisation on the whole batch on the training device
+(``skipless/data/batched_augment.py``: the ops, their fidelity to torchvision's, the blur kernel), called by
+the module's ``on_after_batch_transfer``. The probabilities of each crop are ``GLOBAL_1``, ``GLOBAL_2`` and
+``LOCAL``, which both paths read.
 
 **The projection head** (Section 3 and Appendix): an MLP to a bottleneck, L2 normalisation, then a
 weight-normalised, bias-free linear layer to ``out_dim`` prototypes. ViT-S/16: 384 -> 2048 -> 2048 -> 256,
@@ -49,6 +51,7 @@ from torchvision import transforms
 from ...data.batched_augment import ColourRecipe, apply_colour, draw_colour, normalize, to_unit
 from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ...devices.full_precision import at_least_float32, full_precision
+from ...devices.world import augment_on
 
 
 class RandomGaussianBlur:
@@ -154,11 +157,13 @@ def denormalize(x: torch.Tensor) -> torch.Tensor:
 
 
 def multicrop_from_config(cfg) -> MultiCropAugmentation:
-    """The multi-crop augmentation of a pretraining config's ``dino:`` section."""
+    """The multi-crop augmentation of a pretraining config's ``dino:`` section; its colour work in the
+    loader's workers, or left to ``MultiCropColour`` on the device (``data.augment_on``)."""
     d = cfg.dino
     return MultiCropAugmentation(
         global_crops_scale=tuple(d.global_crops_scale), local_crops_scale=tuple(d.local_crops_scale),
-        local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size)
+        local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size,
+        colour=augment_on(cfg) == "workers")
 
 
 class WeightNormLinear(nn.Module):
