@@ -355,6 +355,17 @@ def test_the_key_auto_follows_the_device_and_a_bad_value_is_one_sentence():
         assert {c.dtype for c in crops} == {dtype}
 
 
+def test_a_run_saved_before_the_key_existed_resumes_with_it(tmp_path):
+    from omegaconf import OmegaConf
+
+    from skipless.training.run_folder import resume_changes
+
+    older = OmegaConf.to_container(load_config("pretrain"))
+    del older["data"]["augment_on"]
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(older))
+    assert resume_changes(load_config("pretrain"), tmp_path) == {"data.augment_on": (None, "auto")}
+
+
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
     return tmp_path_factory.mktemp("data")
