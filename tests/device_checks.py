@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from skipless.data.batched_augment import ColourDraw, ColourRecipe, apply_colour, draw_colour
 from skipless.eval.tokencut.ncut import UNIQUE_GAP, affinity, lapack_spectrum, ncut_spectrum
 from skipless.config import load_config
 from skipless.models import create_vit, use_explicit_attention
@@ -145,3 +146,18 @@ def ncut_matches_lapack(device: str, dtype: torch.dtype = torch.float64) -> int:
         compared += 1
     assert compared >= 4, "too few graphs with a unique Ncut vector to compare"
     return compared
+
+
+def batched_colour_matches_the_cpu(device: str) -> float:
+    """DINO's batched colour ops (``data.augment_on=device``) on ``device`` against the CPU's with the same
+    draws, every op drawn half the time: the largest difference, asserted below 2e-5 (the CPU's own agrees with
+    torchvision's to that, ``tests/test_batched_augment.py``). On a GPU a difference near 5e-4 would be TF32 in
+    the blur's convolution (cuDNN's ``allow_tf32``), which then needs switching off around it."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(64, 3, 40, 40, generator=g)
+    half = ColourRecipe(jitter_p=0.5, grayscale_p=0.5, blur_p=0.5, solarize_p=0.5)
+    draw = draw_colour([half], 64, "cpu", g)
+    on_device = ColourDraw(**{k: getattr(draw, k).to(device) for k in ColourDraw.__dataclass_fields__})
+    gap = float((apply_colour(x.to(device), on_device).cpu() - apply_colour(x, draw)).abs().max())
+    assert gap < 2e-5, f"the batched colour ops on {device} differ from the CPU's by {gap:.2e}"
+    return gap

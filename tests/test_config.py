@@ -113,6 +113,7 @@ DEMO = {
     "diagnostics.rank_images": 256,  # issue 29: the class-token effective rank beside the k-NN (seed 002, Fig. 5)
     "data.name": "default", "data.root": "data/default", "data.n_train": 2000, "data.n_val": 1000, "data.seed": 0,
     "data.max_image_pixels": 89478485, "data.min_image_side": 32,  # issue 46: PIL's pixel limit, small images named
+    "data.augment_on": "auto",  # issue 48: DINO's colour augmentation on the device on CUDA; the CPU demo's stays
     "choices.model": "skipless", "choices.optim": "adamw", "choices.data": "default", "choices.recipe": "demo",
     "ssl": "dino", "choices.ssl": "dino",  # issue 28: the method is a group (configs/ssl/dino.yaml), DINO by default
     # issue 34: no accumulation in the demo (the global batch is the per-device one), no checkpointing

@@ -1,4 +1,5 @@
-"""bf16 DINO and supervised training, fused attention and TokenCut's torch eigensolver, on every device present.
+"""bf16 DINO and supervised training, fused attention, TokenCut's torch eigensolver and DINO's batched colour
+augmentation, on every device present.
 
 Each check runs on the CPU (so its body is known to work, and ``test_ncut_check_fails_on_a_wrong_solver``
 shows it can fail) and on CUDA, where the ``cuda`` cases carry the ``gpu`` marker and skip themselves
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 import device_checks
-from device_checks import (dino_step_moves_weights, fused_attention_equals_explicit, ncut_matches_lapack,
-                           supervised_step_moves_weights)
+from device_checks import (batched_colour_matches_the_cpu, dino_step_moves_weights, fused_attention_equals_explicit,
+                           ncut_matches_lapack, supervised_step_moves_weights)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA device")])]
@@ -35,6 +36,11 @@ def test_sdpa_attention_equals_the_explicit_path(device, dtype):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_batched_torch_ncut_equals_cpu_lapack_up_to_sign(device, dtype):
     assert ncut_matches_lapack(device, dtype) >= 4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_colour_augmentation_matches_the_cpus(device):
+    assert batched_colour_matches_the_cpu(device) < 2e-5
 
 
 def test_ncut_check_fails_on_a_wrong_solver(monkeypatch):

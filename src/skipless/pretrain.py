@@ -65,11 +65,21 @@ def refuse_other_methods_keys(cfg: DictConfig, method: Method) -> None:
                           f"default, or name one of configs/recipe/ written for it)")
 
 
+def refuse_colour_on_device(cfg: DictConfig, method: Method) -> None:
+    """``data.augment_on=device`` for a method whose views have no colour augmentation to batch (MAE: a crop
+    and a flip, made in the loader's workers) would change nothing: refused in one sentence."""
+    if cfg.data.augment_on == "device" and not method.colour_on_device:
+        raise ConfigError(f"data.augment_on=device moves a colour augmentation onto the training device, and "
+                          f"ssl={method.name} has none (its views are made whole in the loader's workers); "
+                          f"expected data.augment_on=auto or workers")
+
+
 def check_keys(cfg: DictConfig) -> Method:
     """Every key of ``cfg`` by its rule, the shared ones (``training/schema.py``) and the method's; returns the method."""
     method = method_of(cfg)
     refuse_other_methods_keys(cfg, method)
     check_pretrain_config(cfg, dict(method.rules), method.relations)
+    refuse_colour_on_device(cfg, method)
     return method
 
 

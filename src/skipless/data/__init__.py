@@ -17,7 +17,9 @@ and real VOC share one code path; ``image_folder.py`` reads ImageNet-style folde
 - ``generator/``: the embedded default (``synthetic.py``, ``scene_render.py``); fake datasets in the real
   layouts, for the pre-flight and the readers' tests (``fake_layouts.py``).
 
-Nothing here imports torch: the readers are plain map-style datasets.
+The readers import no torch: they are plain map-style datasets. ``batched_augment.py`` is the one module
+here that does (and the package does not import it): DINO's colour augmentation of a whole batch of images on
+their device (``data.augment_on=device``).
 
 ``synthetic`` is imported on first use only, so that ``python -m skipless.data.generator.synthetic``
 does not find itself already imported by this package.

@@ -11,6 +11,9 @@ depend on the number it resolves to, so each reader must get the same number.
 ``training_threads`` is the CPU threads each of the run's processes gives torch: ``train.cpu_threads``, or
 the rule of ``cpu_threads.py`` with the loader's workers and the processes on this node counted.
 
+``augment_on`` is where a pretraining's colour augmentation runs (``data.augment_on``): its ``auto`` is
+the training device on CUDA, the loader's workers otherwise.
+
 ``isolated_rng`` is the one way a monitor that draws or seeds random numbers gives the training's
 generators back untouched.
 
@@ -42,6 +45,19 @@ def runs_on_cuda(cfg: Mapping) -> bool:
     available (Lightning picks CUDA first for both)."""
     accelerator = cfg["train"]["accelerator"]
     return accelerator == "cuda" or (accelerator in ("gpu", "auto") and torch.cuda.is_available())
+
+
+AUGMENT_ON = ("auto", "device", "workers")
+
+
+def augment_on(cfg: Mapping) -> str:
+    """``data.augment_on`` resolved: ``device`` (DINO's colour augmentation batched on the training device,
+    ``ssl/dino/self_distillation.py``) or ``workers`` (in the loader's workers); ``auto`` is ``device`` when
+    the run trains on CUDA, where the GPU has time to spare and the workers do not, else ``workers``."""
+    value = str(cfg["data"]["augment_on"])
+    if value == "auto":
+        return "device" if runs_on_cuda(cfg) else "workers"
+    return value
 
 
 def devices_of(cfg: Mapping) -> int:

@@ -48,6 +48,9 @@ RESUMABLE = (
     # how files are screened (data/reads.py): only broken or pathological images change; a run saved before
     # the keys existed has none of them, and must still resume
     "data.max_image_pixels", "data.min_image_side",
+    # where the same colour augmentation runs (DINO's; its auto follows the machine, so a resume on another
+    # kind of machine moves it anyway): the same distributions, other random draws from there on
+    "data.augment_on",
     "train.epochs", "train.devices", "train.num_nodes", "train.accelerator", "train.strategy", "train.num_workers",
     "train.collective_timeout_minutes",
     "train.cpu_threads",  # the same computation on more or fewer threads

@@ -24,7 +24,7 @@ from ..config import ConfigError, leaf_values
 from ..config.rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
 from ..models.vit import ARCHS
 from ..optim import IMPLEMENTATIONS, OPTIMIZERS
-from ..devices.world import world_size
+from ..devices.world import AUGMENT_ON, world_size
 from .data import DATASETS
 
 # bf16-true / 16-true are not offered: they keep the weights, the optimizer state and DINO's EMA teacher in
@@ -154,6 +154,9 @@ RULES: dict[str, Rule] = {
     "data.seed": INT,
     "data.max_image_pixels": POSITIVE_INT,  # larger images are skipped undecoded (data/reads.py)
     "data.min_image_side": COUNT,  # smaller images are named; 0: no check
+    "data.augment_on": Rule(lambda v: v in AUGMENT_ON,
+                            "auto (device on CUDA, else workers), device (the colour augmentation batched on the "
+                            "training device) or workers (in the loader's workers)"),
 }
 SKIPPED = ("choices.*",)  # written by the loader (the group choices), not by a user
 

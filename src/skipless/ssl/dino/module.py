@@ -24,6 +24,10 @@ temperature, and the center moves towards the mean teacher output over all of th
 (``tests/test_accumulation.py``). A BatchNorm head (``dino.use_bn_in_head``) normalises each micro-batch
 on its own (over all ranks under DDP), the one part that differs.
 
+With ``data.augment_on=device`` the loader's workers send the crops cropped and flipped only, as uint8;
+``on_after_batch_transfer`` runs their colour augmentation and normalisation on the whole batch on the
+training device (``MultiCropColour``, ``self_distillation.py``) before the step sees them.
+
 The parts of the step run inside ``torch.profiler.record_function`` ranges named in ``RANGES``, so
 that ``bench/profile_step.py`` can say where a step's time goes; without a profiler running they
 cost a few microseconds per step.
@@ -69,6 +73,7 @@ from ...optim import optimizer_from_config
 from ...optim.param_groups import clip_gradients_per_parameter, param_groups
 from ...optim.schedules import cosine_schedule, linear_then_constant
 from ...devices.step_scalars import device_scalars
+from ...devices.world import augment_on
 from ...reports.summary import module_peak_lr, number_text
 from ...training.collapse import CollapseMonitor
 from ...training.micro_batches import micro_steps
@@ -76,7 +81,8 @@ from ...training.module_contract import start_step, steps_per_epoch
 from ...training.run_plan import refuse_unsynced_batchnorm
 from ..method import Method
 from .schema import RELATIONS, RULES
-from .self_distillation import DINOHead, DINOLoss, collate_multicrop, denormalize, multicrop_from_config
+from .self_distillation import (DINOHead, DINOLoss, MultiCropColour, collate_multicrop, denormalize,
+                                multicrop_from_config)
 
 
 # The profiler ranges of a step, by part (bench/profile_step.py reads them; backbone and head nest in
@@ -138,6 +144,7 @@ class DINO(pl.LightningModule):
         self.student.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))  # the teacher has no backward
         self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
                                 center_momentum=d.center_momentum)
+        self.colour = MultiCropColour()  # data.augment_on=device: on_after_batch_transfer
 
     # ---- the pieces other code uses -------------------------------------------------------------
     def teacher_backbone(self) -> nn.Module:
@@ -153,6 +160,16 @@ class DINO(pl.LightningModule):
         return self.teacher_backbone()
 
     # ---- Lightning hooks ------------------------------------------------------------------------
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Crops that arrive as uint8 were only cropped and flipped by the loader's workers
+        (``data.augment_on=device``): their colour augmentation and normalisation run here, on the whole
+        batch on the training device, in fp32 (``MultiCropColour``). Float crops are the workers' finished
+        ones and pass unchanged."""
+        if isinstance(batch, list) and batch and batch[0].dtype == torch.uint8:
+            with full_precision():
+                return self.colour(batch, rank=self.global_rank, world=self.trainer.world_size)
+        return batch
+
     def configure_optimizers(self):
         o, t = self.cfg.optim, self.cfg.train
         steps, epochs = steps_per_epoch(self), int(t.epochs)
@@ -303,13 +320,15 @@ class DINOCollapse(CollapseMonitor):
 
 
 def header(cfg: Mapping) -> list[str]:
-    """``crops 2 x 224 px + 8 x 96 px; head 65536 prototypes, norm_last_layer true; teacher temp 0.04``."""
+    """``crops 2 x 224 px + 8 x 96 px, colour on the device; head 65536 prototypes, norm_last_layer true;
+    teacher temp 0.04``."""
     d = cfg["dino"]
     temp = f"teacher temp {number_text(d['warmup_teacher_temp'])}"
     if d["warmup_teacher_temp_epochs"]:
         temp += f" -> {number_text(d['teacher_temp'])} over {d['warmup_teacher_temp_epochs']} epochs"
-    return [f"crops    2 x {d['global_crop_size']} px + {d['local_crops_number']} x {d['local_crop_size']} px; "
-            f"head {d['out_dim']} prototypes, norm_last_layer {number_text(d['norm_last_layer'])}; {temp}"]
+    where = {"device": "colour on the device", "workers": "colour in the loader's workers"}[augment_on(cfg)]
+    return [f"crops    2 x {d['global_crop_size']} px + {d['local_crops_number']} x {d['local_crop_size']} px, "
+            f"{where}; head {d['out_dim']} prototypes, norm_last_layer {number_text(d['norm_last_layer'])}; {temp}"]
 
 
 def check(cfg: DictConfig) -> None:
@@ -330,4 +349,5 @@ METHOD = Method(
     callbacks=lambda cfg: [DINOCollapse(cfg.dino.out_dim)],
     check=check,
     exported="teacher",
+    colour_on_device=True,
 )

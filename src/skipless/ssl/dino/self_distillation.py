@@ -9,6 +9,14 @@ with p 0.2 on the second global crop only; ImageNet normalisation. Every random 
 generator, so ``seed_everything`` and the checkpointed RNG state make the crops of a resumed run those of
 an uninterrupted one.
 
+Where the colour work runs (``data.augment_on``, resolved by ``devices.world.augment_on``): ``workers``,
+the whole of the above in the loader's workers on PIL images, as the official DINO; ``device``, the workers
+only crop and flip (``MultiCropAugmentation(colour=False)``: uint8 tensors) and ``MultiCropColour`` runs the
+jitter, grayscale, blur, solarisation and normalisation on the whole batch on the training device
+(``skipless/data/batched_augment.py``: the ops, their fidelity to torchvision's, the blur kernel), called by
+the module's ``on_after_batch_transfer``. The probabilities of each crop are ``GLOBAL_1``, ``GLOBAL_2`` and
+``LOCAL``, which both paths read.
+
 **The projection head** (Section 3 and Appendix): an MLP to a bottleneck, L2 normalisation, then a
 weight-normalised, bias-free linear layer to ``out_dim`` prototypes. ViT-S/16: 384 -> 2048 -> 2048 -> 256,
 GELU, last layer 256 -> 65536. With ``norm_last_layer`` the weight-norm gain ``weight_g`` is fixed at 1
@@ -40,8 +48,10 @@ from PIL import Image, ImageFilter
 from torch import nn
 from torchvision import transforms
 
+from ...data.batched_augment import ColourRecipe, apply_colour, draw_colour, normalize, to_unit
 from ...data.conventions import IMAGENET_MEAN, IMAGENET_STD
 from ...devices.full_precision import at_least_float32, full_precision
+from ...devices.world import augment_on
 
 
 class RandomGaussianBlur:
@@ -60,30 +70,44 @@ class RandomGaussianBlur:
         return f"RandomGaussianBlur(p={self.p}, radius={self.radius})"
 
 
+# The colour augmentation of each crop (the official DataAugmentationDINO): jitter 0.8 and grayscale 0.2 on
+# every crop; blur 1.0 on the first global crop, 0.1 on the second, 0.5 on the locals; solarisation 0.2 on
+# the second global crop only.
+GLOBAL_1 = ColourRecipe(blur_p=1.0)
+GLOBAL_2 = ColourRecipe(blur_p=0.1, solarize_p=0.2)
+LOCAL = ColourRecipe(blur_p=0.5)
+
+
 class MultiCropAugmentation:
-    """Maps one PIL image to ``[global_1, global_2, local_1, ..., local_n]`` normalised tensors."""
+    """Maps one PIL image to ``[global_1, global_2, local_1, ..., local_n]`` normalised tensors; with
+    ``colour=False``, to the crops flipped and nothing more, uint8 tensors, whose colour work
+    ``MultiCropColour`` does on the batch (``data.augment_on=device``)."""
 
     def __init__(self, global_crops_scale: Sequence[float] = (0.4, 1.0),
                  local_crops_scale: Sequence[float] = (0.05, 0.4), local_crops_number: int = 8,
-                 global_size: int = 224, local_size: int = 96) -> None:
+                 global_size: int = 224, local_size: int = 96, colour: bool = True) -> None:
         bicubic = transforms.InterpolationMode.BICUBIC
-        flip_and_jitter = transforms.Compose([
-            transforms.RandomHorizontalFlip(p=0.5),
-            transforms.RandomApply([transforms.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
-            transforms.RandomGrayscale(p=0.2),
-        ])
-        normalize = transforms.Compose([transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
         def crop(size, scale):
             return transforms.RandomResizedCrop(size, scale=tuple(scale), interpolation=bicubic)
 
-        self.global_1 = transforms.Compose([crop(global_size, global_crops_scale), flip_and_jitter,
-                                            RandomGaussianBlur(1.0), normalize])
-        self.global_2 = transforms.Compose([crop(global_size, global_crops_scale), flip_and_jitter,
-                                            RandomGaussianBlur(0.1), transforms.RandomSolarize(128, p=0.2),
-                                            normalize])
-        self.local = transforms.Compose([crop(local_size, local_crops_scale), flip_and_jitter,
-                                         RandomGaussianBlur(0.5), normalize])
+        def colour_ops(r: ColourRecipe) -> list:
+            """``r`` as the official PIL transforms, ending in normalised float tensors; or, with
+            ``colour=False``, only the flip and the uint8 tensor."""
+            flip = transforms.RandomHorizontalFlip(p=0.5)
+            if not colour:
+                return [flip, transforms.PILToTensor()]
+            ops = [flip,
+                   transforms.RandomApply([transforms.ColorJitter(r.brightness, r.contrast, r.saturation, r.hue)],
+                                          p=r.jitter_p),
+                   transforms.RandomGrayscale(p=r.grayscale_p), RandomGaussianBlur(r.blur_p, r.blur_sigma)]
+            if r.solarize_p:
+                ops.append(transforms.RandomSolarize(128, p=r.solarize_p))
+            return ops + [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+
+        self.global_1 = transforms.Compose([crop(global_size, global_crops_scale), *colour_ops(GLOBAL_1)])
+        self.global_2 = transforms.Compose([crop(global_size, global_crops_scale), *colour_ops(GLOBAL_2)])
+        self.local = transforms.Compose([crop(local_size, local_crops_scale), *colour_ops(LOCAL)])
         self.local_crops_number = local_crops_number
 
     def __call__(self, image: Image.Image) -> list[torch.Tensor]:
@@ -91,6 +115,35 @@ class MultiCropAugmentation:
         return [self.global_1(image), self.global_2(image)] + [self.local(image) for _ in range(self.local_crops_number)]
 
 
+class MultiCropColour(nn.Module):
+    """The colour half of ``MultiCropAugmentation`` on a batch, on its device: the uint8 crops of
+    ``MultiCropAugmentation(colour=False)``, collated (``collate_multicrop``), -> the normalised float crops
+    the workers would have made, each image with its own draws (``GLOBAL_1``, ``GLOBAL_2``, ``LOCAL``).
+
+    The two global crops are one batch of ``2 B`` images for the ops, the local crops another of ``n B``.
+    ``generator`` None draws from the device's default generator (which the checkpoints keep); ``rank`` and
+    ``world`` give each DDP rank its own rows of the global batch's draws (``batched_augment.draw_colour``).
+    No host-device synchronisation. Buffers only (ImageNet's mean and std, not saved): it moves with the
+    module that holds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    @torch.no_grad()
+    def forward(self, crops: list[torch.Tensor], generator: torch.Generator | None = None, rank: int = 0,
+                world: int = 1) -> list[torch.Tensor]:
+        n = crops[0].shape[0]
+        groups = [(crops[:2], [GLOBAL_1, GLOBAL_2])]
+        if len(crops) > 2:
+            groups.append((crops[2:], [LOCAL] * (len(crops) - 2)))
+        out: list[torch.Tensor] = []
+        for group, recipes in groups:
+            x = to_unit(torch.cat(group))
+            draw = draw_colour(recipes, n, x.device, generator, rank, world)
+            out.extend(normalize(apply_colour(x, draw), self.mean, self.std).chunk(len(group)))
+        return out
 def collate_multicrop(batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
     """A batch of per-image crop lists -> one (B, 3, H, W) tensor per crop position."""
     return [torch.stack(crops) for crops in zip(*batch)]
@@ -104,11 +157,13 @@ def denormalize(x: torch.Tensor) -> torch.Tensor:
 
 
 def multicrop_from_config(cfg) -> MultiCropAugmentation:
-    """The multi-crop augmentation of a pretraining config's ``dino:`` section."""
+    """The multi-crop augmentation of a pretraining config's ``dino:`` section; its colour work in the
+    loader's workers, or left to ``MultiCropColour`` on the device (``data.augment_on``)."""
     d = cfg.dino
     return MultiCropAugmentation(
         global_crops_scale=tuple(d.global_crops_scale), local_crops_scale=tuple(d.local_crops_scale),
-        local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size)
+        local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size,
+        colour=augment_on(cfg) == "workers")
 
 
 class WeightNormLinear(nn.Module):
