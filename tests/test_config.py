@@ -194,13 +194,16 @@ def _recipe_keys() -> set[str]:
     """The keys pretrain.yaml leaves to the method (``???``): its recipe values."""
     base = OmegaConf.load(CONFIG_DIR / "pretrain.yaml")
     base.pop("defaults")
-    return set(OmegaConf.missing_keys(base)) - {"optim.name", "model.name", "model.residual"}
+    # read as written: optim.lr's interpolation of model.lr.<optim.name> is no recipe value, and resolving it
+    # (OmegaConf.missing_keys does) stops at the optim group's name, unset until a group is merged
+    return {k for k, v in flat(base).items() if v == "???"} - {"optim.name", "model.name", "model.residual"}
 
 
 def test_the_shared_defaults_leave_every_recipe_value_to_the_method():
-    assert _recipe_keys() == {"optim.lr", "optim.min_lr", "optim.warmup_epochs", "optim.weight_decay",
-                              "optim.weight_decay_end", "optim.clip_grad", "optim.betas", "train.epochs",
-                              "train.batch_size_per_device", "train.export_epochs"}
+    # the base lr is the method's model.lr.<optim> (configs/ssl/<method>.yaml), which optim.lr follows
+    assert _recipe_keys() == {"model.lr.adamw", "model.lr.soap", "optim.min_lr", "optim.warmup_epochs",
+                              "optim.weight_decay", "optim.weight_decay_end", "optim.clip_grad", "optim.betas",
+                              "train.epochs", "train.batch_size_per_device", "train.export_epochs"}
 
 
 def test_ssl_groups_set_the_method_its_own_section_and_recipe_values_only():
