@@ -9,12 +9,13 @@ object class. ``imagenet``: the images of an ImageNet-style folder, ``cfg.data.r
 one, else the root itself (labels unused).
 
 The loader is checked against the dataset before any trainer or run folder exists: a dataset with
-fewer images than one batch per device is refused in one sentence. A batch of the loader is what one
-device takes in one optimizer step, ``batch_size_per_device`` times the accumulation steps of
-``train.global_batch`` (``world.batch_per_device_step``; the modules cut it into micro-batches), so
+fewer images than one batch per device is refused in one sentence. An item of the loader is what one
+device takes in one optimizer step: the ``k`` micro-batches of ``batch_size_per_device`` images of
+``train.global_batch``'s accumulation (``world.accumulation_steps``), which its workers collate one
+micro-batch at a time and the loader gathers (``loader_state.py``, ``micro_batches.py``), so that
 Lightning's steps, ``max_steps``, ``limit_train_batches`` and the per-step schedules count optimizer
-steps, and the last images of an epoch that fill no whole step are dropped (``drop_last``), as DINO's
-loader drops the last partial batch. Its dataset is wrapped in a
+steps, a worker never holds a whole step, and the last images of an epoch that fill no whole step are
+dropped, as DINO's loader drops the last partial batch. Its dataset is wrapped in a
 ``SkipTally``, which marks each unreadable image, and each image smaller than ``data.min_image_side``, once,
 whichever DataLoader worker met it. The readers refuse images over ``data.max_image_pixels`` pixels
 (``data/reads.py``), in every process that decodes.
@@ -40,6 +41,9 @@ from ..devices.world import accumulation_steps, batch_per_device_step, world_siz
 from .loader_state import ResumableLoader
 
 DATASETS = ("default", "imagenet", "imagenet10")  # the ImageNet-style folders are read alike
+# The micro-batches each loader worker makes ahead of the step: torch's DataLoader default, written here because
+# the header's loader memory counts them (loader_memory).
+PREFETCH_FACTOR = 2
 
 
 def pretrain_dataset(cfg: DictConfig, transform: Callable, split: str = "train") -> Dataset:
@@ -163,11 +167,13 @@ def pretrain_loader(cfg: DictConfig, dataset: Dataset, collate: Callable) -> Res
 
 
 def training_loader(cfg: DictConfig, dataset: Dataset, collate: Callable | None = None) -> ResumableLoader:
-    """The loader every training method trains from: ``dataset`` in a ``SkipTally``, shuffled in full batches of
-    one optimizer step per device, resumable at any step (``loader_state.py``); fresh workers each epoch."""
-    return ResumableLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=batch_per_device_step(cfg),
+    """The loader every training method trains from: ``dataset`` in a ``SkipTally``, shuffled, one item per
+    optimizer step per device (its micro-batches, module docstring), resumable at any step (``loader_state.py``);
+    fresh workers each epoch."""
+    return ResumableLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=int(cfg.train.batch_size_per_device),
                            seed=int(cfg.run.seed), num_workers=int(cfg.train.num_workers), collate_fn=collate,
-                           pin_memory=torch.cuda.is_available())
+                           pin_memory=torch.cuda.is_available(), micro_batches=accumulation_steps(cfg),
+                           prefetch_factor=PREFETCH_FACTOR)
 
 
 def centre_crop(size: int) -> Callable:
