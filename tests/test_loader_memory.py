@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from skipless import pretrain as pretrain_entry
 from skipless import train as train_entry
@@ -27,7 +28,10 @@ def measured(cfg):
     return loader_memory(cfg, method.transform(cfg), method.collate)
 
 
-def test_a_micro_batch_is_measured_from_the_methods_views_without_moving_a_generator():
+def test_a_micro_batch_is_measured_from_the_methods_views_without_moving_a_generator(monkeypatch):
+    """Nor PIL's pixel limit, which a read earlier in the process may have set below a crop of the generated image
+    (tests/test_bad_images.py sets 4000 px)."""
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
     states = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
     dino = measured(load_config("pretrain", [*DINO_TINY, "train.global_batch=8"]))
     # 4 images of 2 global crops of 32 px and 2 local crops of 16 px, float32; 2 micro-batches per step
@@ -41,7 +45,7 @@ def test_a_micro_batch_is_measured_from_the_methods_views_without_moving_a_gener
     supervised = loader_memory(cfg, lambda image: (transform(image), 0))
     assert supervised.micro_batch == 4 * (3 * 32 * 32 * FLOAT32 + 8)  # and an int64 label each
     assert torch.equal(torch.get_rng_state(), states[0]) and np.array_equal(np.random.get_state()[1], states[1])
-    assert random.getstate() == states[2]
+    assert random.getstate() == states[2] and Image.MAX_IMAGE_PIXELS == 100
 
 
 def test_dinos_paper_recipe_on_one_gpu_holds_a_tenth_of_what_whole_step_items_held():

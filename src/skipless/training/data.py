@@ -181,7 +181,7 @@ def training_loader(cfg: DictConfig, dataset: Dataset, collate: Callable | None 
                            prefetch_factor=PREFETCH_FACTOR)
 
 
-SAMPLE_SIDE = 256  # px of the image a sample is measured on: the views' sizes are the method's, whatever this is
+SAMPLE_SIDE = 64  # px of the image a sample is measured on: the views' sizes are the method's, whatever this is
 
 
 def tensors_of(batch: Any) -> list[torch.Tensor]:
@@ -202,13 +202,17 @@ def loader_memory(cfg: DictConfig, sample: Callable[[Image.Image], Any],
     image, collated by ``collate`` (torch's default if None), its tensors' bytes times
     ``train.batch_size_per_device``. The views' sizes and dtype are whatever the method's transform makes
     (float32 crops; a transform that leaves the images uint8 for an augmentation on the device measures
-    uint8), so no size or dtype is written twice. Every generator it draws from is put back as it was."""
+    uint8), so no size or dtype is written twice. Every generator it draws from is put back as it was, and so
+    is PIL's pixel limit, which an earlier read in this process may have set below a crop of this image
+    (``data/reads.py``)."""
     image = Image.new("RGB", (SAMPLE_SIDE, SAMPLE_SIDE), (124, 116, 104))
-    drawn = Streams.now()
+    drawn, limit = Streams.now(), Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
     try:
         tensors = tensors_of((collate or default_collate)([sample(image)]))
     finally:
         drawn.restore()
+        Image.MAX_IMAGE_PIXELS = limit
     if not tensors:
         raise TypeError("a training sample must hold tensors once collated")
     images = int(cfg.train.batch_size_per_device)
