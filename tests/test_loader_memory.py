@@ -49,8 +49,8 @@ def test_a_micro_batch_is_measured_from_the_methods_views_without_moving_a_gener
 
 
 def test_dinos_paper_recipe_on_one_gpu_holds_a_tenth_of_what_whole_step_items_held():
-    """docs/results.md, "Loader memory": 1,024 images per step on one GPU, 10 workers, prefetch 2. Before, a loader
-    item was the step's 16 micro-batches; now it is one."""
+    """docs/results.md, "The loader's host memory": 1,024 images per step on one GPU, 10 workers, prefetch 2.
+    Before, a loader item was the step's 16 micro-batches; now it is one."""
     memory = measured(load_config("pretrain", ["data=imagenet", "train.num_workers=10", "train.devices=1"]))
     image = 3 * (2 * 224 * 224 + 8 * 96 * 96) * FLOAT32  # 2 global crops + 8 local crops
     assert (memory.micro_batch, memory.micro_batches, memory.workers, memory.prefetch) == (64 * image, 16, 10, 2)

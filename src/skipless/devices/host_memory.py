@@ -8,8 +8,8 @@ flight), and the main process gathers the ``k`` micro-batches of the step it dea
 (``training/loader_state.py``). Since the workers collate micro-batches, a loader item is one micro-batch:
 ``W x prefetch_factor x m + k x m`` for micro-batches of ``m`` bytes. When the loader dealt the whole step as
 one item (before issue 48), an item was ``k x m``: ``W x prefetch_factor x k x m + k x m``, tens of GB for
-DINO's paper recipe on one GPU (``docs/results.md``, "Loader memory"). Each process of a node has its own
-loader, so the node holds ``devices per node`` times that. Not counted: the model's own host memory, the
+DINO's paper recipe on one GPU (``docs/results.md``, "The loader's host memory"). Each process of a node has
+its own loader, so the node holds ``devices per node`` times that. Not counted: the model's own host memory, the
 pinned copy a CUDA run makes of the item being pinned, the dataset's own state.
 
 ``available_bytes`` reads ``MemAvailable`` of ``/proc/meminfo`` (Linux: memory that can be given to a new

@@ -37,9 +37,10 @@ Around every micro-batch but the last (``held_back``):
 
 With one micro-batch (``train.global_batch`` null, the demos) the batch passes whole, with weight 1, and
 nothing is held back: the step computes what it did before accumulation existed, to the bit. With ``k``
-micro-batches each is the rows ``split`` cut from the step's batch before the loader dealt them apart, the
-same images with the same draws (no loader workers; with workers each micro-batch draws from its worker's
-stream), so the step computes what it did then, to the bit (``docs/results.md``, "Loader memory").
+micro-batches each holds the rows ``split_rows`` cut from the step's batch before the loader dealt them apart,
+the same images with the same draws (without loader workers; with workers each micro-batch draws from its
+worker's stream), so the step computes what it did then, to the bit (``docs/results.md``, "The loader's host
+memory").
 """
 from __future__ import annotations
 
