@@ -32,6 +32,7 @@ import lightning.pytorch as pl
 import torch
 
 from skipless import pretrain, train
+from skipless.training.micro_batches import MicroBatches
 
 ENTRIES = {"pretrain": pretrain.main, "train": train.main}
 PROC = Path("/proc/self")
@@ -39,7 +40,10 @@ PROC = Path("/proc/self")
 
 def batch_images(batch: Any) -> int:
     """The images of a batch: the first dimension of its first tensor (DINO: a list of crops, each
-    ``(B, 3, H, W)``; supervised: ``(images, labels)``; MAE: images)."""
+    ``(B, 3, H, W)``; supervised: ``(images, labels)``; MAE: images), summed over the micro-batches of an
+    accumulated step (``MicroBatches``)."""
+    if isinstance(batch, MicroBatches):
+        return sum(batch_images(part) for part in batch)
     if isinstance(batch, torch.Tensor):
         return int(batch.shape[0])
     if isinstance(batch, (list, tuple)) and batch:

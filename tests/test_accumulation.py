@@ -5,8 +5,9 @@ written.
 
 Each comparison trains one step of two runs that differ only in how the step's 4 images are cut: run
 ``whole`` has ``train.batch_size_per_device=4`` (no accumulation), run ``accumulated`` has 2 with
-``train.global_batch=4``. Both load the same 4 images (the loader deals 4 per step in both, and the same
-seed draws the same views, masks and mixing), so the two steps compute the same sums in another order.
+``train.global_batch=4``. Both load the same 4 images (the loader deals one batch of 4 in the first and a
+``MicroBatches`` of 2 x 2 in the second, made in the same order from the same stream, and the same seed
+draws the same views, masks and mixing), so the two steps compute the same sums in another order.
 Tolerances (float32): the gradients the optimizer receives agree to rtol 1e-4 / atol 1e-7 (summation
 order); the parameters after the step, the teacher after its EMA and the DINO center to atol 1e-6. The
 gradients are compared as well as the weights because AdamW's first step hardly depends on the
@@ -29,6 +30,7 @@ from skipless.config import ConfigError, load_config
 from skipless.pretrain import pretrain
 from skipless.reports.summary import describe_batch, peak_lr
 from skipless.train import train
+from skipless.training.micro_batches import MicroBatches, each_micro_batch, joined, micro_steps, rows, split_rows
 from skipless.training.precision import StepOutsideAutocast
 from skipless.devices.world import accumulation_steps, batch_per_device_step, global_batch
 from tiny_runs import DINO_TINY, SUP_TINY
@@ -57,7 +59,7 @@ class StepRecord(pl.Callback):
     ``on_before_optimizer_step`` inside ``optimizer.step``, after the module's clipping) and the loss."""
 
     def __init__(self, part: str):
-        self.part, self.backwards, self.grads, self.loss = part, 0, {}, None
+        self.part, self.backwards, self.grads, self.loss, self.dealt = part, 0, {}, None, None
 
     def on_after_backward(self, trainer, pl_module):
         self.backwards += trainer.global_step == 0
@@ -70,6 +72,7 @@ class StepRecord(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.loss is None:
             self.loss = float(outputs["loss"] if isinstance(outputs, dict) else outputs)
+            self.dealt = (type(batch).__name__, len(batch) if isinstance(batch, MicroBatches) else None)
 
 
 def one_step(run, entry, base, tmp_path, data_root, name, part, *extra):
@@ -83,6 +86,7 @@ def one_step(run, entry, base, tmp_path, data_root, name, part, *extra):
 def assert_same_step(whole, accumulated, states):
     (t1, m1, r1), (t2, m2, r2) = whole, accumulated
     assert (r1.backwards, r2.backwards) == (1, 2)  # the second run did accumulate two micro-batches
+    assert r1.dealt[0] != "MicroBatches" and r2.dealt == ("MicroBatches", 2)  # as the loader dealt them
     assert t1.num_training_batches == t2.num_training_batches == 2  # steps per epoch: 8 images, 4 a step
     assert r1.loss == pytest.approx(r2.loss, rel=1e-5)
     assert r1.grads.keys() == r2.grads.keys() and r1.grads
@@ -145,6 +149,27 @@ def test_16_mixed_keeps_the_micro_batches_scaled_and_unscales_their_sum_once(tmp
     assert t1.precision_plugin.skipped_steps == t2.precision_plugin.skipped_steps == 0
     for name, g in r1.grads.items():  # relative to the tensor: fp16 rounds single small entries coarsely
         assert float((r2.grads[name] - g).norm()) <= 2e-2 * float(g.norm()) + 1e-7, name
+
+
+def test_micro_batches_cross_lightnings_batch_transfer_as_micro_batches_and_step_as_the_rows_they_hold():
+    """Lightning moves a batch with ``apply_to_collection``, which must give a ``MicroBatches`` back (not a plain
+    list, which a module would read as a list of crops); ``micro_steps`` yields its parts with weights rows /
+    total, and ``joined`` gives the rows ``split_rows`` would have cut them from."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+    from lightning.pytorch.plugins.precision import DoublePrecision
+
+    images, labels = torch.arange(24.0).view(6, 4), torch.arange(6)
+    step = MicroBatches(split_rows((images, labels), 2))
+    for moved in (move_data_to_device(step, torch.device("cpu")), DoublePrecision().convert_input(step)):
+        assert isinstance(moved, MicroBatches) and len(moved) == 3 and isinstance(moved[0], tuple)
+    parts = list(micro_steps(pl.LightningModule(), step, size=5))  # the size cuts plain batches only
+    assert [weight for _, weight in parts] == [1 / 3] * 3 and [part for part, _ in parts] == list(step)
+    whole = joined(step)
+    assert torch.equal(whole[0], images) and torch.equal(whole[1], labels) and rows(step) == 6
+    assert joined((images, labels)) == (images, labels) and rows((images, labels)) == 6
+    doubled = each_micro_batch(step, lambda part: part[0] * 2)
+    assert isinstance(doubled, MicroBatches) and torch.equal(torch.cat(doubled), images * 2)
+    assert torch.equal(each_micro_batch(images, lambda batch: batch * 2), images * 2)
 
 
 def test_the_global_batch_sets_the_accumulation_the_loader_and_the_lr():

@@ -5,13 +5,17 @@ time, trains every step of every rank with the loss of the uninterrupted run, to
 
 Before this issue the first resumed epoch trained on epoch 0's images on every rank (Lightning builds the loader's
 iterator before it sets the sampler's epoch, and a worker deals the first indices at once), and a mid-epoch
-checkpoint did not exist."""
+checkpoint did not exist.
+
+The same holds with gradient accumulation (issue 48, item 4): 2 micro-batches of 2 images per step on each rank,
+which the loader's worker makes one micro-batch at a time and the loader gathers, the position counting them."""
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from skipless.errors import EXIT_PREEMPTED
@@ -40,22 +44,26 @@ def rank_losses(tmp_path: Path, tag: str, rank: int) -> list[float]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
-def test_two_processes_with_workers_resume_at_an_epoch_end_and_mid_epoch_with_the_straight_losses(tmp_path):
-    assert ddp_run(tmp_path, "straight", "straight", "none") == 0
+# 4 images per device and step: one batch, or 2 micro-batches of 2 (global batch 8 on 2 devices)
+@pytest.mark.parametrize("step", [[], ["train.batch_size_per_device=2", "train.global_batch=8"]],
+                         ids=["one-batch", "two-micro-batches"])
+def test_two_processes_with_workers_resume_at_an_epoch_end_and_mid_epoch_with_the_straight_losses(tmp_path, step):
+    assert ddp_run(tmp_path, "straight", "straight", "none", *step) == 0
     # the signal at the start of step 3, the epoch's last: its end writes the epoch's checkpoint, then the run stops
-    assert ddp_run(tmp_path, "first", "r", "3:all") == EXIT_PREEMPTED
+    assert ddp_run(tmp_path, "first", "r", "3:all", *step) == EXIT_PREEMPTED
     run = tmp_path / "runs" / "r"
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert ckpt["global_step"] == 4 and ckpt["world_size"] == 2
     # the signal to rank 1 alone, at the start of step 6: both ranks write the mid-epoch checkpoint after it
-    assert ddp_run(tmp_path, "second", "r", "6:1", "run.resume=true") == EXIT_PREEMPTED
+    assert ddp_run(tmp_path, "second", "r", "6:1", "run.resume=true", *step) == EXIT_PREEMPTED
     ckpt = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     position = ckpt["callbacks"]["LoaderPosition"]
     assert ckpt["global_step"] == 7 and (position["batches_done"], position["batches_total"]) == (3, 4)
     torch_states = [rank["slots"][0][0] for rank in position["ranks"]]  # each rank's worker's own streams
     assert len(torch_states) == 2 and not torch.equal(*torch_states)
+    assert [rank["micro_batches"] for rank in position["ranks"]] == [2 if step else 1] * 2
     assert json.loads((run / "summary.json").read_text())["status"] == "preempted"
-    assert ddp_run(tmp_path, "third", "r", "none", "run.resume=true") == 0
+    assert ddp_run(tmp_path, "third", "r", "none", "run.resume=true", *step) == 0
     for rank in (0, 1):
         straight = rank_losses(tmp_path, "straight", rank)
         resumed = [loss for tag in ("first", "second", "third") for loss in rank_losses(tmp_path, tag, rank)]

@@ -14,6 +14,7 @@ onto the config; the rest comes from ``configs/pretrain.yaml`` and its groups. I
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Sequence
@@ -28,7 +29,7 @@ from .models.from_config import vit_from_config
 from .ssl import METHODS, Method, method_of
 from .reports.summary import pretrain_header
 from .training.callbacks import KNNMonitor
-from .training.data import diagnostic_images, knn_loaders, pretrain_dataset, pretrain_loader
+from .training.data import diagnostic_images, knn_loaders, loader_memory, pretrain_dataset, pretrain_loader
 from .training.loader_state import ResumableLoader
 from .training.diagnostics_callbacks import diagnostics_callbacks
 from .training.interrupt import fit, run_command
@@ -39,6 +40,7 @@ from .training.run_start import prepare_run, record_start
 from .training.schema import check_pretrain_config
 from .training.run_plan import RunPlan, plan_run
 from .training.trainer import build_trainer
+from .devices.host_memory import check_loader_fits
 from .devices.world import check_global_batch, check_gpus_visible
 
 
@@ -87,15 +89,18 @@ def check_config(cfg: DictConfig) -> tuple[Method, RunPlan]:
     """Settings that load but cannot run as asked, each refused in one sentence (training/schema.py and
     the method's rules), more GPUs than this machine shows and a global batch they do not divide
     (``devices/world.py``), what the method refuses beyond single keys (DINO: a BatchNorm head that DDP on the CPU
-    cannot synchronise), and a run folder that could not be written; then the run resolved once: the
+    cannot synchronise), a training loader that would hold more host memory than this machine has available
+    (``devices/host_memory.py``), and a run folder that could not be written; then the run resolved once: the
     method and the plan (``training/run_plan.py``) every later step takes."""
     method = check_keys(cfg)
     check_gpus_visible(cfg)
     check_global_batch(cfg)
     method.check(cfg)
+    loader = loader_memory(cfg, method.transform(cfg), method.collate)
+    check_loader_fits(loader)
     run_dir = run_dir_of(cfg, method)
     check_run_folder(run_dir)
-    return method, plan_run(cfg, run_dir)
+    return method, replace(plan_run(cfg, run_dir), loader=loader)
 
 
 def pretrain_trainer(method: Method, plan: RunPlan, extra_callbacks: Sequence[pl.Callback] = (),
@@ -153,8 +158,8 @@ def main(argv: Sequence[str] | None = None, extra_callbacks: Sequence[pl.Callbac
         cfg = load_config("pretrain", args)
         method, plan = check_config(cfg)
         methods.append(method)
-        print(pretrain_header(cfg, plan.run_dir, precision=plan.described_precision, method_lines=method.header(cfg)),
-              flush=True)
+        print(pretrain_header(cfg, plan.run_dir, precision=plan.described_precision, method_lines=method.header(cfg),
+                              loader=plan.loader), flush=True)
         return plan
 
     return run_command(list(sys.argv[1:] if argv is None else argv), "pretrain", plan_of,

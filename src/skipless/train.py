@@ -9,6 +9,7 @@ NODES/RESUME/ARGS onto the config. The same resume, refusal and divergence rules
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -18,12 +19,13 @@ from omegaconf import DictConfig
 from torch import nn
 
 from .config import load_config
-from .reports.summary import describe_batch, describe_model, lr_key, memory_lines, peak_lr, threads_line
+from .reports.summary import describe_batch, describe_model, loader_lines, lr_key, memory_lines, peak_lr, threads_line
 from .supervised.classifier import Supervised
+from .supervised.augment import train_transform
 from .supervised.data import labelled_splits, train_loader, val_loader
 from .supervised.schema import check_train_config
 from .training.diagnostics_callbacks import diagnostics_callbacks
-from .training.data import evenly_spaced
+from .training.data import evenly_spaced, loader_memory
 from .training.rank_monitor import RankMonitor
 from .training.collapse import SupervisedCollapse
 from .training.interrupt import fit, run_command
@@ -32,6 +34,7 @@ from .training.run_lock import hold_run_folder
 from .training.run_start import prepare_run, record_start
 from .training.run_plan import RunPlan, plan_run
 from .training.trainer import build_trainer
+from .devices.host_memory import check_loader_fits
 from .devices.world import check_global_batch, check_gpus_visible, global_batch
 
 
@@ -42,15 +45,19 @@ def run_dir_of(cfg: DictConfig) -> Path:
 
 def check_config(cfg: DictConfig, run_dir: Path | None = None) -> RunPlan:
     """Every key checked (``supervised/schema.py``), the GPUs asked for visible and the global batch a
-    whole number of micro-batches on them (``devices/world.py``), and the run folder (``run_dir``, by default
+    whole number of micro-batches on them (``devices/world.py``), the training loader's host memory within what
+    this machine has available (``devices/host_memory.py``), and the run folder (``run_dir``, by default
     ``run_dir_of(cfg)``) writable, before anything is written; then the run resolved once
     (``training/run_plan.py``)."""
     check_train_config(cfg)
     check_gpus_visible(cfg)
     check_global_batch(cfg)
+    transform = train_transform(cfg.aug)
+    loader = loader_memory(cfg, lambda image: (transform(image), 0))  # a labelled sample: (image, class)
+    check_loader_fits(loader)
     run_dir = run_dir_of(cfg) if run_dir is None else run_dir
     check_run_folder(run_dir)
-    return plan_run(cfg, run_dir)
+    return replace(plan_run(cfg, run_dir), loader=loader)
 
 
 def train_header(plan: RunPlan, train_size: int, val_size: int, num_classes: int, start: str = "") -> str:
@@ -72,6 +79,7 @@ def train_header(plan: RunPlan, train_size: int, val_size: int, num_classes: int
         f"{lr_key(cfg)} {float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} x {global_batch(cfg)}/256, "
         f"warm-up {o.warmup_epochs} epochs, weight decay {o.weight_decay:g}{decay}",
         *memory_lines(m),
+        *loader_lines(plan.loader),
         f"  precision {plan.described_precision}",
         threads_line(cfg),
     ])

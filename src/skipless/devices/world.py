@@ -25,9 +25,9 @@ The global batch: ``train.global_batch`` null is ``batch_size_per_device x world
 key existed. Set (the paper recipes set their papers' batch), each optimizer step accumulates the
 gradients of ``k = global_batch / (batch_size_per_device x world size)`` micro-batches per device
 (``accumulation_steps``); a ``k`` that is not a whole number is refused in one sentence that lists what
-would divide (``check_global_batch``). The loaders then deal ``k x batch_size_per_device`` images per
-device and step (``batch_per_device_step``), and the training modules cut them into micro-batches of
-``batch_size_per_device`` (``training/micro_batches.py``).
+would divide (``check_global_batch``). Each device then takes ``k x batch_size_per_device`` images per
+step (``batch_per_device_step``), which the loader deals as ``k`` micro-batches of ``batch_size_per_device``
+(``training/loader_state.py``) and the training modules step through (``training/micro_batches.py``).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ header of a pretraining run with any method (the model, the method's own lines, 
 and effective peak lr, exports; ``train.py`` writes the supervised one); ``peak_lr`` is the one place
 the scaling rule every method uses is written (the linear rule of DINO and MAE: lr x lr_scale x global
 batch / 256), and ``describe_batch`` the one place the global batch is spelt out (per device x devices
-x accumulation).
+x accumulation); ``loader_line`` states the host memory of the training loader (``devices/host_memory.py``).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 from ..models.decay import DEFAULT_ALPHA_MIN
 from ..models.init import CUTSKIP_DEFAULTS
 from ..devices.cpu_threads import threads_reason
+from ..devices.host_memory import LoaderMemory
 from ..devices.world import accumulation_steps, devices_of, global_batch, training_threads, world_size
 
 
@@ -116,6 +117,11 @@ def memory_lines(m: Mapping) -> list[str]:
             "recomputed in the backward pass"]
 
 
+def loader_lines(memory: LoaderMemory | None) -> list[str]:
+    """The header's line on the training loader's host memory (none where it was not measured)."""
+    return [] if memory is None else [f"  loader   {memory.describe()}"]
+
+
 def threads_line(cfg: Mapping) -> str:
     """The header's line for torch's CPU threads (``world.training_threads``): the number, and where it came from."""
     t = cfg["train"]
@@ -125,10 +131,11 @@ def threads_line(cfg: Mapping) -> str:
 
 
 def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = None,
-                    method_lines: Sequence[str] = ()) -> str:
+                    method_lines: Sequence[str] = (), loader: LoaderMemory | None = None) -> str:
     """The lines ``make pretrain`` prints before it starts (``cfg`` is a resolved pretraining config;
     ``precision``: what ran and why, ``training.precision.describe_precision``; ``method_lines``: the
-    method's own lines, ``skipless.ssl.Method.header``, e.g. DINO's crops, head and teacher)."""
+    method's own lines, ``skipless.ssl.Method.header``, e.g. DINO's crops, head and teacher; ``loader``: the
+    training loader's host memory, ``RunPlan.loader``)."""
     m, o, t = cfg["model"], cfg["optim"], cfg["train"]
     choices = cfg.get("choices") or {}
     key = lr_key(cfg)
@@ -143,6 +150,7 @@ def pretrain_header(cfg: Mapping, run_dir: Any = None, precision: str | None = N
         *(f"  {line}" for line in method_lines),
         f"  train    {t['epochs']} epochs, global batch {describe_batch(cfg)}, {o['name']}, {lr}",
         *memory_lines(m),
+        *loader_lines(loader),
         f"  exports  backbone.pt (latest); backbone-epoch<N>.pt at epochs: {exports}",
         *([f"  precision {precision}"] if precision else []),
         threads_line(cfg),

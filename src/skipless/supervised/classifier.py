@@ -4,10 +4,11 @@ backbone (``vit_args`` of ``cfg.model``, timm's init plus the residual mode's) -
 final norm -> a linear head. Optimisation is manual so that the recipe reads in order in
 ``training_step``, as in ``ssl/dino/module.py``: per-step lr and weight decay from the schedules,
 batch mixing (mixup/cutmix), loss, divergence check, backward, optional global-norm clipping, step.
-Gradient accumulation (``train.global_batch``; ``training/micro_batches.py``): the step's images are mixed
-as one batch (mixup/cutmix pair the step's images, as they would in one batch of them all), then cut
-into micro-batches of ``train.batch_size_per_device``, each backpropagated with its share of the loss;
-clipping and the step come once, after the last (Xu et al.'s ``update_freq``, ConvNeXt's accumulation).
+Gradient accumulation (``train.global_batch``; ``training/micro_batches.py``): the loader deals the step's
+images in micro-batches of ``train.batch_size_per_device``, each backpropagated with its share of the loss;
+with mixup/cutmix they are first joined on the device and mixed as one batch (the step's images paired as
+they would be in one batch of them all), then cut again. Clipping and the step come once, after the last
+(Xu et al.'s ``update_freq``, ConvNeXt's accumulation).
 Validation: top-1 / top-5 accuracy (torchmetrics, reduced across ranks), the plain cross-entropy and
 how often each class is predicted and labelled (``val_class_counts``, for the collapse monitor).
 
@@ -37,7 +38,7 @@ from ..optim.schedules import cosine_schedule
 from ..devices.step_scalars import device_scalars
 from ..reports.summary import module_peak_lr
 from ..training.collapse import ClassCounts
-from ..training.micro_batches import micro_steps
+from ..training.micro_batches import MicroBatches, joined, micro_steps, rows
 from ..training.module_contract import start_step, steps_per_epoch
 from .augment import batch_mixer
 
@@ -105,13 +106,12 @@ class Supervised(pl.LightningModule):
                   else layer_decay_groups(self.backbone, self.head, float(o.layer_decay)))
         return optimizer_from_config(o, groups, lr=float(self.schedules["lr"][0]))
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor] | MicroBatches, batch_idx: int) -> torch.Tensor:
         step, values, opt = start_step(self)
         lr, wd = values["lr"], values["wd"]
 
-        images, labels = batch
-        # mixed as one batch (smoothed, mixed one-hot targets), then cut into micro-batches
-        mixed = self.mixer(images, labels) if self.mixer is not None else None
+        # the step's micro-batches mixed as one batch (smoothed, mixed one-hot targets), then cut again
+        mixed = self.mixer(*joined(batch)) if self.mixer is not None else None
         parts = micro_steps(self, batch if mixed is None else mixed, int(self.cfg.train.batch_size_per_device))
         loss, top1 = 0.0, 0.0
         for part, weight in parts:
@@ -134,7 +134,7 @@ class Supervised(pl.LightningModule):
         schedule = device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)
         train_metrics = {"train/top1": top1} if mixed is None else {}
         self.log_dict({"train/loss": loss, **train_metrics, **schedule},
-                      on_step=True, prog_bar=False, batch_size=images.shape[0])
+                      on_step=True, prog_bar=False, batch_size=rows(batch))
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:

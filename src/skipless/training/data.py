@@ -9,12 +9,15 @@ object class. ``imagenet``: the images of an ImageNet-style folder, ``cfg.data.r
 one, else the root itself (labels unused).
 
 The loader is checked against the dataset before any trainer or run folder exists: a dataset with
-fewer images than one batch per device is refused in one sentence. A batch of the loader is what one
-device takes in one optimizer step, ``batch_size_per_device`` times the accumulation steps of
-``train.global_batch`` (``world.batch_per_device_step``; the modules cut it into micro-batches), so
+fewer images than one batch per device is refused in one sentence. An item of the loader is what one
+device takes in one optimizer step: the ``k`` micro-batches of ``batch_size_per_device`` images of
+``train.global_batch``'s accumulation (``world.accumulation_steps``), which its workers collate one
+micro-batch at a time and the loader gathers (``loader_state.py``, ``micro_batches.py``), so that
 Lightning's steps, ``max_steps``, ``limit_train_batches`` and the per-step schedules count optimizer
-steps, and the last images of an epoch that fill no whole step are dropped (``drop_last``), as DINO's
-loader drops the last partial batch. Its dataset is wrapped in a
+steps, a worker never holds a whole step, and the last images of an epoch that fill no whole step are
+dropped, as DINO's loader drops the last partial batch. ``loader_memory`` is the host memory such a loader
+holds (``devices/host_memory.py``), which the header states and an entry point checks against the machine's
+before anything is written. Its dataset is wrapped in a
 ``SkipTally``, which marks each unreadable image, and each image smaller than ``data.min_image_side``, once,
 whichever DataLoader worker met it. The readers refuse images over ``data.max_image_pixels`` pixels
 (``data/reads.py``), in every process that decodes.
@@ -23,11 +26,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from omegaconf import DictConfig
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.dataloader import default_collate
 from torchvision import transforms
 
 from ..config import ConfigError
@@ -36,10 +41,14 @@ from ..data.reads import UNREADABLE_KINDS, unreadable_kind
 from ..data.generator.synthetic import ensure_default
 from ..data.voc import VOCClassification
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
-from ..devices.world import accumulation_steps, batch_per_device_step, world_size
-from .loader_state import ResumableLoader
+from ..devices.host_memory import LoaderMemory
+from ..devices.world import accumulation_steps, batch_per_device_step, devices_of, world_size
+from .loader_state import ResumableLoader, Streams
 
 DATASETS = ("default", "imagenet", "imagenet10")  # the ImageNet-style folders are read alike
+# The micro-batches each loader worker makes ahead of the step: torch's DataLoader default, written here because
+# the header's loader memory counts them (loader_memory).
+PREFETCH_FACTOR = 2
 
 
 def pretrain_dataset(cfg: DictConfig, transform: Callable, split: str = "train") -> Dataset:
@@ -163,11 +172,54 @@ def pretrain_loader(cfg: DictConfig, dataset: Dataset, collate: Callable) -> Res
 
 
 def training_loader(cfg: DictConfig, dataset: Dataset, collate: Callable | None = None) -> ResumableLoader:
-    """The loader every training method trains from: ``dataset`` in a ``SkipTally``, shuffled in full batches of
-    one optimizer step per device, resumable at any step (``loader_state.py``); fresh workers each epoch."""
-    return ResumableLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=batch_per_device_step(cfg),
+    """The loader every training method trains from: ``dataset`` in a ``SkipTally``, shuffled, one item per
+    optimizer step per device (its micro-batches, module docstring), resumable at any step (``loader_state.py``);
+    fresh workers each epoch."""
+    return ResumableLoader(SkipTally(dataset, cfg.train.num_workers), batch_size=int(cfg.train.batch_size_per_device),
                            seed=int(cfg.run.seed), num_workers=int(cfg.train.num_workers), collate_fn=collate,
-                           pin_memory=torch.cuda.is_available())
+                           pin_memory=torch.cuda.is_available(), micro_batches=accumulation_steps(cfg),
+                           prefetch_factor=PREFETCH_FACTOR)
+
+
+SAMPLE_SIDE = 64  # px of the image a sample is measured on: the views' sizes are the method's, whatever this is
+
+
+def tensors_of(batch: Any) -> list[torch.Tensor]:
+    """The tensors of a collated batch (a tensor, or lists, tuples and dicts of them, nested)."""
+    if isinstance(batch, torch.Tensor):
+        return [batch]
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        return [t for item in batch for t in tensors_of(item)]
+    return []
+
+
+def loader_memory(cfg: DictConfig, sample: Callable[[Image.Image], Any],
+                  collate: Callable | None = None) -> LoaderMemory:
+    """The host memory of the training loader ``cfg`` asks for (``devices/host_memory.py``), its micro-batch
+    measured: ``sample`` (a method's views of one image; the classifier's ``(image, label)``) made of one generated
+    image, collated by ``collate`` (torch's default if None), its tensors' bytes times
+    ``train.batch_size_per_device``. The views' sizes and dtype are whatever the method's transform makes
+    (float32 crops; a transform that leaves the images uint8 for an augmentation on the device measures
+    uint8), so no size or dtype is written twice. Every generator it draws from is put back as it was, and so
+    is PIL's pixel limit, which an earlier read in this process may have set below a crop of this image
+    (``data/reads.py``)."""
+    image = Image.new("RGB", (SAMPLE_SIDE, SAMPLE_SIDE), (124, 116, 104))
+    drawn, limit = Streams.now(), Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        tensors = tensors_of((collate or default_collate)([sample(image)]))
+    finally:
+        drawn.restore()
+        Image.MAX_IMAGE_PIXELS = limit
+    if not tensors:
+        raise TypeError("a training sample must hold tensors once collated")
+    images = int(cfg.train.batch_size_per_device)
+    largest = max(tensors, key=lambda t: t.numel() * t.element_size())
+    return LoaderMemory(micro_batch=images * sum(t.numel() * t.element_size() for t in tensors), images=images,
+                        dtype=str(largest.dtype).removeprefix("torch."), micro_batches=accumulation_steps(cfg),
+                        workers=int(cfg.train.num_workers), prefetch=PREFETCH_FACTOR, processes=devices_of(cfg))
 
 
 def centre_crop(size: int) -> Callable:

@@ -1,17 +1,27 @@
-"""Gradient accumulation inside a training step: the images one device takes per optimizer step, cut into
+"""Gradient accumulation inside a training step: the images one device takes per optimizer step, in
 micro-batches of ``train.batch_size_per_device``, each forwarded and backpropagated on its own.
 
 Every training module (DINO, MAE, the classifier) steps its optimizer once per ``training_step``, on the
-batch the loader deals: ``batch_size_per_device x k`` images per device, ``k`` the accumulation steps of
-``train.global_batch`` (``world.accumulation_steps``; ``training/data.py``). ``micro_steps`` yields its
-micro-batches, each with its weight ``rows / all rows``: a module backpropagates ``weight x loss`` of each,
-so that the accumulated gradient of a loss that is a mean over images is the gradient of one batch of
-them all (MAE's ``accum_iter`` divides by ``k`` the same way; the weights differ from ``1 / k`` only
-for a batch that does not fill ``k`` micro-batches, which the loaders never deal, as they drop it).
-The clipping, the optimizer step and what follows it run once, after the last micro-batch, on the
-accumulated gradients.
+item the loader deals: the ``k`` micro-batches of one optimizer step on this device, ``k`` the accumulation
+steps of ``train.global_batch`` (``world.accumulation_steps``). The loader's workers collate micro-batches
+of ``batch_size_per_device`` images, and the loader gathers each step's ``k`` of them into one
+``MicroBatches`` (a list, which Lightning moves to the device part by part and keeps a ``MicroBatches``:
+``lightning_utilities``' ``apply_to_collection`` rebuilds a sequence with its own type), never one tensor of
+them all: concatenating them would hold the step's images twice in host memory
+(``training/loader_state.py``, ``training/data.py``). With ``k = 1`` the loader deals the micro-batch itself.
 
-Why one loader batch per optimizer step rather than one per micro-batch: Lightning's step counter
+``micro_steps`` yields the micro-batches of a step, each with its weight ``rows / all rows``: a module
+backpropagates ``weight x loss`` of each, so that the accumulated gradient of a loss that is a mean over
+images is the gradient of one batch of them all (MAE's ``accum_iter`` divides by ``k`` the same way; the
+weights differ from ``1 / k`` only for a step that does not fill ``k`` micro-batches, which the loaders never
+deal, as they drop it). The clipping, the optimizer step and what follows it run once, after the last
+micro-batch, on the accumulated gradients. A plain batch (a tensor, a tuple, a list of crops: a test stepping
+a module by hand, the FLOPs count) is cut into micro-batches of ``size`` rows as before the loader dealt them.
+A module that needs the step's images as one batch (the classifier's mixup pairs them across the step) joins
+them on the device (``joined``); ``rows`` counts them, ``each_micro_batch`` maps a function over them (an
+``on_after_batch_transfer`` that augments on the device).
+
+Why one loader item per optimizer step rather than one per micro-batch: Lightning's step counter
 (``global_step``), its logging cadence (``log_every_n_steps``), ``max_steps``, ``limit_train_batches``,
 the per-step schedules (``num_training_batches``), the epoch ends that checkpoints are written at, and
 every callback that reads them (divergence guard, progress bar, signals, collapse monitor, loss scale)
@@ -26,11 +36,15 @@ Around every micro-batch but the last (``held_back``):
   one step scales by the same loss scale, and the accumulated sum is unscaled once, after the last.
 
 With one micro-batch (``train.global_batch`` null, the demos) the batch passes whole, with weight 1, and
-nothing is held back: the step computes what it did before accumulation existed, to the bit.
+nothing is held back: the step computes what it did before accumulation existed, to the bit. With ``k``
+micro-batches each holds the rows ``split_rows`` cut from the step's batch before the loader dealt them apart,
+the same images with the same draws (without loader workers; with workers each micro-batch draws from its
+worker's stream), so the step computes what it did then, to the bit (``docs/results.md``, "The loader's host
+memory").
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -39,6 +53,13 @@ import torch
 from lightning.pytorch.strategies import ParallelStrategy
 
 from .precision import StepOutsideAutocast
+
+
+class MicroBatches(list):
+    """The ``k`` micro-batches of one optimizer step on one device, as the loader deals them (module docstring).
+
+    A list subclass so that Lightning's batch transfer (``apply_to_collection``: ``type(data)(parts)``) moves each
+    part to the device and gives a ``MicroBatches`` back; a module tells it from a plain batch by its type."""
 
 
 def split_rows(batch: Any, size: int) -> list[Any]:
@@ -55,9 +76,34 @@ def split_rows(batch: Any, size: int) -> list[Any]:
     raise TypeError(f"a batch to cut into micro-batches must hold tensors, got {type(batch).__name__}")
 
 
+def join_rows(parts: list[Any]) -> Any:
+    """The inverse of ``split_rows``: micro-batches of one structure concatenated along their first dimension."""
+    first = parts[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(parts)
+    if isinstance(first, (list, tuple)):
+        return type(first)(join_rows(list(column)) for column in zip(*parts))
+    raise TypeError(f"micro-batches to join must hold tensors, got {type(first).__name__}")
+
+
 def rows(batch: Any) -> int:
-    """The number of images of ``batch``: the first dimension of its first tensor."""
+    """The number of images of ``batch``: the first dimension of its first tensor, summed over the micro-batches
+    of a ``MicroBatches``."""
+    if isinstance(batch, MicroBatches):
+        return sum(rows(part) for part in batch)
     return rows(batch[0]) if isinstance(batch, (list, tuple)) else int(batch.shape[0])
+
+
+def joined(batch: Any) -> Any:
+    """The step's images as one batch: a ``MicroBatches`` concatenated (a copy, on the device it is on), a plain
+    batch as it is."""
+    return join_rows(list(batch)) if isinstance(batch, MicroBatches) else batch
+
+
+def each_micro_batch(batch: Any, function: Callable[[Any], Any]) -> Any:
+    """``function`` of each micro-batch of a ``MicroBatches`` (a ``MicroBatches`` of the results), or of a plain
+    batch."""
+    return MicroBatches(function(part) for part in batch) if isinstance(batch, MicroBatches) else function(batch)
 
 
 @contextmanager
@@ -74,14 +120,15 @@ def held_back(module: pl.LightningModule) -> Iterator[None]:
 
 
 def micro_steps(module: pl.LightningModule, batch: Any, size: int) -> Iterator[tuple[Any, float]]:
-    """``(micro_batch, weight)`` for each micro-batch of ``size`` rows of ``batch``; the caller's forward and
-    backward pass of each runs inside ``held_back`` for all but the last (the loop body runs while this
-    generator is suspended inside the context)::
+    """``(micro_batch, weight)`` for each micro-batch of ``batch``: the parts of a ``MicroBatches`` as the loader
+    dealt them, or a plain batch cut into pieces of ``size`` rows. The caller's forward and backward pass of each
+    runs inside ``held_back`` for all but the last (the loop body runs while this generator is suspended inside
+    the context)::
 
         for images, weight in micro_steps(self, images, batch_size_per_device):
             self.manual_backward(weight * loss_of(images))
     """
-    parts = split_rows(batch, size)
+    parts = list(batch) if isinstance(batch, MicroBatches) else split_rows(batch, size)
     total = rows(batch)
     for i, part in enumerate(parts):
         weight = rows(part) / total

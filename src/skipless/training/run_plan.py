@@ -13,7 +13,9 @@ method's own keys and the recipe values, which only the method and the trainer r
   below);
 - ``precision`` and ``precision_why``: the Lightning precision chosen for ``train.precision`` and the reason in
   words (``precision.choose_precision``), ``autocast_device`` its autocast device;
-- ``threads``: torch's CPU threads per process (``world.training_threads``).
+- ``threads``: torch's CPU threads per process (``world.training_threads``);
+- ``loader``: the host memory of its training loader (``devices/host_memory.py``, measured by
+  ``training.data.loader_memory``), which the header states; None where the entry point measured none.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from ..config import ConfigError
+from ..devices.host_memory import LoaderMemory
 from ..devices.world import devices_of, runs_on_cuda, training_threads, world_size
 from .precision import autocast_device, choose_precision
 
@@ -70,6 +73,7 @@ class RunPlan:
     precision_why: str
     autocast_device: str
     threads: int
+    loader: LoaderMemory | None = None
 
     @property
     def described_precision(self) -> str:
@@ -78,7 +82,8 @@ class RunPlan:
 
 
 def plan_run(cfg: DictConfig, run_dir: Path) -> RunPlan:
-    """The plan of a checked config training into ``run_dir``."""
+    """The plan of a checked config training into ``run_dir`` (its ``loader``, measured by the entry point, is
+    set with ``dataclasses.replace``)."""
     precision, why = choose_precision(cfg)
     return RunPlan(cfg=cfg, run_dir=Path(run_dir), devices=devices_of(cfg), nodes=int(cfg.train.num_nodes),
                    strategy=strategy_of(cfg), sync_batchnorm=sync_batchnorm_of(cfg), precision=precision,

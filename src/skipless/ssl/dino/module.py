@@ -13,8 +13,8 @@ Recipe values live in ``configs/ssl/dino.yaml`` (a scale's changes in ``configs/
 schedules are defined on the **global** batch: lr = base_lr * global batch / 256, so any world size trains
 the same recipe; the center is all-reduced (``DINOLoss.update_center``).
 
-Gradient accumulation (``train.global_batch``; ``training/micro_batches.py``): a step's crops are cut into
-micro-batches of ``train.batch_size_per_device``; each runs the teacher, the student and the loss, and
+Gradient accumulation (``train.global_batch``; ``training/micro_batches.py``): a step's crops come from the
+loader in micro-batches of ``train.batch_size_per_device``; each runs the teacher, the student and the loss, and
 backpropagates its share of the loss (its images / the step's), so the gradients add up to those of one
 batch of them all. Everything that follows the backward pass runs once per optimizer step, as DINO's
 loop does per batch: clipping, the last-layer freeze, the step, the center, the EMA; the schedules are
@@ -76,7 +76,7 @@ from ...devices.step_scalars import device_scalars
 from ...devices.world import augment_on
 from ...reports.summary import module_peak_lr, number_text
 from ...training.collapse import CollapseMonitor
-from ...training.micro_batches import micro_steps
+from ...training.micro_batches import MicroBatches, micro_steps, rows
 from ...training.module_contract import start_step, steps_per_epoch
 from ...training.run_plan import refuse_unsynced_batchnorm
 from ..method import Method
@@ -184,12 +184,12 @@ class DINO(pl.LightningModule):
         }
         return optimizer_from_config(o, param_groups(self.student), lr=float(self.schedules["lr"][0]))
 
-    def training_step(self, crops: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def training_step(self, crops: list[torch.Tensor] | MicroBatches, batch_idx: int) -> torch.Tensor:
         step, values, opt = start_step(self)
         epoch = self.current_epoch
         lr, wd, momentum, temp = (values[k] for k in ("lr", "wd", "momentum", "teacher_temp"))
         if step == 0 and self.global_rank == 0:
-            self._log_crops(crops)
+            self._log_crops(crops[0] if isinstance(crops, MicroBatches) else crops)  # the first micro-batch's
         loss = entropy = 0.0
         teacher_outs = []  # of every micro-batch, for the center (one mean over them all)
         for part, weight in micro_steps(self, crops, int(self.cfg.train.batch_size_per_device)):
@@ -226,7 +226,7 @@ class DINO(pl.LightningModule):
                         "watch/schedule/teacher_temp": temp}
             self.log_dict({"train/loss": loss, "watch/dino/kl_teacher_student": loss - entropy,
                            "watch/dino/teacher_entropy": entropy, **device_scalars(schedule, self.device)},
-                          on_step=True, prog_bar=False, batch_size=crops[0].shape[0])
+                          on_step=True, prog_bar=False, batch_size=rows(crops))
         return loss
 
     # ---- internals ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Under mixed precision only the forward pass and the loss run under autocast; cli
 in fp32 (``skipless.devices.full_precision``, ``training/precision.py``).
 
 Gradient accumulation (``train.global_batch``, MAE's ``accum_iter``; ``training/micro_batches.py``): the
-step's images are cut into micro-batches of ``train.batch_size_per_device``, each masked, encoded, decoded
+step's images come from the loader in micro-batches of ``train.batch_size_per_device``, each masked, encoded, decoded
 and backpropagated with its share of the loss (MAE divides by ``accum_iter``); the step, and the
 schedules indexed by it, come once per optimizer step. Every image draws its own mask either way, so
 a step of ``k`` micro-batches computes what one batch of them all does when the masks are the same.
@@ -83,7 +83,7 @@ from ...optim.schedules import cosine_schedule
 from ...devices.step_scalars import device_scalars
 from ...reports.summary import module_peak_lr, number_text
 from ...training.data import diagnostic_images
-from ...training.micro_batches import micro_steps
+from ...training.micro_batches import MicroBatches, joined, micro_steps, rows
 from ...training.module_contract import start_step, steps_per_epoch
 from ..method import Method
 from .autoencoder import MaskedAutoencoder, mean_patch_baseline, normalized_target, patchify, unpatchify, view_from_config
@@ -145,7 +145,7 @@ class MAE(pl.LightningModule):
         }
         return optimizer_from_config(o, param_groups(self.net), lr=float(self.schedules["lr"][0]))
 
-    def training_step(self, images: torch.Tensor, batch_idx: int) -> torch.Tensor:
+    def training_step(self, images: torch.Tensor | MicroBatches, batch_idx: int) -> torch.Tensor:
         step, values, opt = start_step(self)
         lr, wd = values["lr"], values["wd"]
         loss, masks = 0.0, []
@@ -163,9 +163,9 @@ class MAE(pl.LightningModule):
                    **device_scalars({"watch/schedule/lr": lr, "watch/schedule/weight_decay": wd}, self.device)}
         if step % int(self.cfg.train.log_every_n_steps) == 0:  # the floor only where a step is written
             with torch.no_grad():
-                scalars["train/mean_patch_loss"] = mean_patch_baseline(images.float(), self.net.patch_size,
+                scalars["train/mean_patch_loss"] = mean_patch_baseline(joined(images).float(), self.net.patch_size,
                                                                        torch.cat(masks), self.net.norm_pix_loss)
-        self.log_dict(scalars, on_step=True, prog_bar=False, batch_size=images.shape[0])
+        self.log_dict(scalars, on_step=True, prog_bar=False, batch_size=rows(images))
         return loss
 
 
