@@ -127,3 +127,15 @@ def test_the_available_memory_is_meminfos_then_sysconfs_then_unknown(tmp_path, m
     monkeypatch.setattr(host_memory.os, "sysconf", unknown)
     assert available_bytes() is None
     check_loader_fits(LoaderMemory(10**15, 8, "float32", 4, 2, 2))  # unknown: nothing refused
+
+
+def test_on_the_device_path_the_workers_hand_over_uint8_crops_a_quarter_of_the_bytes():
+    """data.augment_on=device (the default on GPUs): the workers' crops stay uint8 until the device colours them,
+    so DINO's paper recipe on one GPU needs 1.2 GB of loader memory, under issue 48's 4 GB."""
+    float_path, device_path = (measured(load_config("pretrain", ["data=imagenet", "train.num_workers=10", "train.devices=1",
+                                                                 f"data.augment_on={where}"]))
+                               for where in ("workers", "device"))
+    assert device_path.dtype == "uint8" and float_path.dtype == "float32"
+    assert device_path.micro_batch * FLOAT32 == float_path.micro_batch
+    assert device_path.per_process == loader_host_bytes(device_path.micro_batch, 10, 2, 16 * device_path.micro_batch)
+    assert size_text(device_path.per_process) == "1.2 GB"

@@ -76,7 +76,7 @@ from ...devices.step_scalars import device_scalars
 from ...devices.world import augment_on
 from ...reports.summary import module_peak_lr, number_text
 from ...training.collapse import CollapseMonitor
-from ...training.micro_batches import MicroBatches, micro_steps, rows
+from ...training.micro_batches import MicroBatches, each_micro_batch, micro_steps, rows
 from ...training.module_contract import start_step, steps_per_epoch
 from ...training.run_plan import refuse_unsynced_batchnorm
 from ..method import Method
@@ -164,11 +164,15 @@ class DINO(pl.LightningModule):
         """Crops that arrive as uint8 were only cropped and flipped by the loader's workers
         (``data.augment_on=device``): their colour augmentation and normalisation run here, on the whole
         batch on the training device, in fp32 (``MultiCropColour``). Float crops are the workers' finished
-        ones and pass unchanged."""
-        if isinstance(batch, list) and batch and batch[0].dtype == torch.uint8:
-            with full_precision():
-                return self.colour(batch, rank=self.global_rank, world=self.trainer.world_size)
-        return batch
+        ones and pass unchanged. With accumulation the step arrives as its micro-batches (``MicroBatches``),
+        each coloured on its own."""
+        def coloured(crops: list[torch.Tensor]) -> list[torch.Tensor]:
+            if crops and crops[0].dtype == torch.uint8:
+                with full_precision():
+                    return self.colour(crops, rank=self.global_rank, world=self.trainer.world_size)
+            return crops
+
+        return each_micro_batch(batch, coloured)
 
     def configure_optimizers(self):
         o, t = self.cfg.optim, self.cfg.train
