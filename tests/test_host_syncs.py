@@ -25,7 +25,8 @@ def data_root(tmp_path_factory):
 @pytest.mark.parametrize("entry,run,tiny", [
     ("pretrain", pretrain, DINO_TINY), ("train", train, SUP_TINY),
     ("pretrain", pretrain, [*DINO_TINY, "data.augment_on=device"]),  # issue 48: the colour ops on the device
-], ids=["dino", "supervised", "dino-colour-on-device"])
+    ("pretrain", pretrain, [*DINO_TINY, "data.augment_on=device_crops"]),  # and the crops: boxes read on the host
+], ids=["dino", "supervised", "dino-colour-on-device", "dino-crops-on-device"])
 def test_only_logging_steps_and_epoch_ends_wait_for_the_device(tmp_path, data_root, entry, run, tiny):
     cfg = load_config(entry, [*tiny, "data.n_train=32", f"train.log_every_n_steps={EVERY}",
                               f"data.root={data_root}", f"run.root={tmp_path}"])

@@ -70,8 +70,8 @@ def refuse_other_methods_keys(cfg: DictConfig, method: Method) -> None:
 def refuse_colour_on_device(cfg: DictConfig, method: Method) -> None:
     """``data.augment_on=device`` for a method whose views have no colour augmentation to batch (MAE: a crop
     and a flip, made in the loader's workers) would change nothing: refused in one sentence."""
-    if cfg.data.augment_on == "device" and not method.colour_on_device:
-        raise ConfigError(f"data.augment_on=device moves a colour augmentation onto the training device, and "
+    if cfg.data.augment_on in ("device", "device_crops") and not method.colour_on_device:
+        raise ConfigError(f"data.augment_on={cfg.data.augment_on} moves a colour augmentation onto the training device, and "
                           f"ssl={method.name} has none (its views are made whole in the loader's workers); "
                           f"expected data.augment_on=auto or workers")
 

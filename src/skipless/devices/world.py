@@ -47,13 +47,14 @@ def runs_on_cuda(cfg: Mapping) -> bool:
     return accelerator == "cuda" or (accelerator in ("gpu", "auto") and torch.cuda.is_available())
 
 
-AUGMENT_ON = ("auto", "device", "workers")
+AUGMENT_ON = ("auto", "device", "device_crops", "workers")
 
 
 def augment_on(cfg: Mapping) -> str:
     """``data.augment_on`` resolved: ``device`` (DINO's colour augmentation batched on the training device,
-    ``ssl/dino/self_distillation.py``) or ``workers`` (in the loader's workers); ``auto`` is ``device`` when
-    the run trains on CUDA, where the GPU has time to spare and the workers do not, else ``workers``."""
+    ``ssl/dino/self_distillation.py``), ``device_crops`` (the crops, flips and resizes there too: the workers
+    only decode and draw the boxes) or ``workers`` (all of it in the loader's workers); ``auto`` is ``device``
+    when the run trains on CUDA, where the GPU has time to spare and the workers do not, else ``workers``."""
     value = str(cfg["data"]["augment_on"])
     if value == "auto":
         return "device" if runs_on_cuda(cfg) else "workers"

@@ -156,7 +156,7 @@ RULES: dict[str, Rule] = {
     "data.min_image_side": COUNT,  # smaller images are named; 0: no check
     "data.augment_on": Rule(lambda v: v in AUGMENT_ON,
                             "auto (device on CUDA, else workers), device (the colour augmentation batched on the "
-                            "training device) or workers (in the loader's workers)"),
+                            "training device), device_crops (the crops and resizes there too) or workers (in the loader's workers)"),
 }
 SKIPPED = ("choices.*",)  # written by the loader (the group choices), not by a user
 

@@ -26,7 +26,10 @@ on its own (over all ranks under DDP), the one part that differs.
 
 With ``data.augment_on=device`` the loader's workers send the crops cropped and flipped only, as uint8;
 ``on_after_batch_transfer`` runs their colour augmentation and normalisation on the whole batch on the
-training device (``MultiCropColour``, ``self_distillation.py``) before the step sees them.
+training device (``MultiCropColour``, ``self_distillation.py``) before the step sees them. With
+``data.augment_on=device_crops`` the workers send each image whole with its crop boxes (``WholeImages``, the
+boxes as Python ints): ``on_after_batch_transfer`` cuts, resizes and flips them on the device
+(``MultiCropCuts``) before the colour work.
 
 The parts of the step run inside ``torch.profiler.record_function`` ranges named in ``RANGES``, so
 that ``bench/profile_step.py`` can say where a step's time goes; without a profiler running they
@@ -81,8 +84,8 @@ from ...training.module_contract import start_step, steps_per_epoch
 from ...training.run_plan import refuse_unsynced_batchnorm
 from ..method import Method
 from .schema import RELATIONS, RULES
-from .self_distillation import (DINOHead, DINOLoss, MultiCropColour, collate_multicrop, denormalize,
-                                multicrop_from_config)
+from .self_distillation import (DINOHead, DINOLoss, MultiCropColour, MultiCropCuts, WholeImages, collate_multicrop,
+                                denormalize, multicrop_from_config)
 
 
 # The profiler ranges of a step, by part (bench/profile_step.py reads them; backbone and head nest in
@@ -145,6 +148,7 @@ class DINO(pl.LightningModule):
         self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
                                 center_momentum=d.center_momentum)
         self.colour = MultiCropColour()  # data.augment_on=device: on_after_batch_transfer
+        self.cuts = MultiCropCuts(d.global_crop_size, d.local_crop_size)  # data.augment_on=device_crops
 
     # ---- the pieces other code uses -------------------------------------------------------------
     def teacher_backbone(self) -> nn.Module:
@@ -164,11 +168,15 @@ class DINO(pl.LightningModule):
         """Crops that arrive as uint8 were only cropped and flipped by the loader's workers
         (``data.augment_on=device``): their colour augmentation and normalisation run here, on the whole
         batch on the training device, in fp32 (``MultiCropColour``). Float crops are the workers' finished
-        ones and pass unchanged. With accumulation the step arrives as its micro-batches (``MicroBatches``),
-        each coloured on its own."""
+        ones and pass unchanged. A ``WholeImages`` (``data.augment_on=device_crops``) is first cut, resized
+        and flipped here (``MultiCropCuts``). With accumulation the step arrives as its micro-batches
+        (``MicroBatches``), each coloured on its own."""
         def coloured(crops: list[torch.Tensor]) -> list[torch.Tensor]:
-            if crops and crops[0].dtype == torch.uint8:
+            cut = isinstance(crops, WholeImages)
+            if cut or (crops and crops[0].dtype == torch.uint8):
                 with full_precision():
+                    if cut:  # data.augment_on=device_crops: cut, resize and flip here first (floats in [0, 1])
+                        crops = self.cuts(crops[0], crops[1:])
                     return self.colour(crops, rank=self.global_rank, world=self.trainer.world_size)
             return crops
 
@@ -330,7 +338,8 @@ def header(cfg: Mapping) -> list[str]:
     temp = f"teacher temp {number_text(d['warmup_teacher_temp'])}"
     if d["warmup_teacher_temp_epochs"]:
         temp += f" -> {number_text(d['teacher_temp'])} over {d['warmup_teacher_temp_epochs']} epochs"
-    where = {"device": "colour on the device", "workers": "colour in the loader's workers"}[augment_on(cfg)]
+    where = {"device": "colour on the device", "device_crops": "crops and colour on the device",
+             "workers": "colour in the loader's workers"}[augment_on(cfg)]
     return [f"crops    2 x {d['global_crop_size']} px + {d['local_crops_number']} x {d['local_crop_size']} px, "
             f"{where}; head {d['out_dim']} prototypes, norm_last_layer {number_text(d['norm_last_layer'])}; {temp}"]
 

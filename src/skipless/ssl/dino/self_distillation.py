@@ -134,19 +134,97 @@ class MultiCropColour(nn.Module):
     @torch.no_grad()
     def forward(self, crops: list[torch.Tensor], generator: torch.Generator | None = None, rank: int = 0,
                 world: int = 1) -> list[torch.Tensor]:
+        """``crops`` uint8 (the workers' crops), or float in [0, 1] (``MultiCropCuts``' device crops)."""
         n = crops[0].shape[0]
         groups = [(crops[:2], [GLOBAL_1, GLOBAL_2])]
         if len(crops) > 2:
             groups.append((crops[2:], [LOCAL] * (len(crops) - 2)))
         out: list[torch.Tensor] = []
         for group, recipes in groups:
-            x = to_unit(torch.cat(group))
+            x = torch.cat(group)
+            x = to_unit(x) if x.dtype == torch.uint8 else x
             draw = draw_colour(recipes, n, x.device, generator, rank, world)
             out.extend(normalize(apply_colour(x, draw), self.mean, self.std).chunk(len(group)))
         return out
-def collate_multicrop(batch: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-    """A batch of per-image crop lists -> one (B, 3, H, W) tensor per crop position."""
+class MultiCropBoxes:
+    """The workers' half of ``data.augment_on=device_crops``: one PIL image -> ``(image, boxes)``, the image
+    whole as a uint8 (3, H, W) tensor and ``boxes`` a (2 + n, 5) int64 tensor of ``top, left, height, width,
+    flip`` for ``[global_1, global_2, local_1, ..., local_n]``. ``MultiCropCuts`` cuts, resizes and flips them
+    on the device.
+
+    The boxes are torchvision's ``RandomResizedCrop.get_params`` with the scales and ratio of
+    ``MultiCropAugmentation``, and each flip is ``RandomHorizontalFlip``'s ``torch.rand(1) < 0.5``, drawn in
+    the order that transform draws them (crop, flip, crop, flip, ...) from the worker's generator: with the
+    same seed the boxes and flips are those ``MultiCropAugmentation(colour=False)`` cuts (exact resume as
+    before). An image whose shorter side is over ``max_side`` is first reduced by the integer factor
+    ``ceil(shorter / max_side)`` (PIL ``reduce``, a box average: cheap), its shorter side then in
+    (``max_side / 2``, ``max_side``], so a micro-batch's host memory stays bounded; the boxes are drawn on
+    the reduced image. ``max_side`` 2 x the global crop (448 px at 224) keeps every global crop a downscale
+    (a box of at least 40% of the area of an image whose shorter side is over 224 px)."""
+
+    def __init__(self, global_crops_scale: Sequence[float] = (0.4, 1.0),
+                 local_crops_scale: Sequence[float] = (0.05, 0.4), local_crops_number: int = 8,
+                 global_size: int = 224, local_size: int = 96, max_side: int | None = None) -> None:
+        self.scales = [tuple(global_crops_scale)] * 2 + [tuple(local_crops_scale)] * local_crops_number
+        self.sizes = [global_size] * 2 + [local_size] * local_crops_number
+        self.ratio = (3.0 / 4.0, 4.0 / 3.0)  # RandomResizedCrop's default, as MultiCropAugmentation uses
+        self.max_side = int(max_side or 2 * global_size)
+
+    def __call__(self, image: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
+        image = image.convert("RGB")
+        shorter = min(image.size)
+        if shorter > self.max_side:
+            image = image.reduce(math.ceil(shorter / self.max_side))
+        boxes = []
+        for scale in self.scales:
+            top, left, h, w = transforms.RandomResizedCrop.get_params(image, scale, self.ratio)
+            flip = int(torch.rand(1) < 0.5)
+            boxes.append((top, left, h, w, flip))
+        return transforms.functional.pil_to_tensor(image), torch.tensor(boxes, dtype=torch.int64)
+
+
+class WholeImages(list):
+    """A micro-batch of ``data.augment_on=device_crops``: ``[boxes, image_0, ..., image_{B-1}]``, ``boxes`` the
+    images' ``MultiCropBoxes`` boxes as a plain nested list of ints (B x (2 + n) x 5), each image a uint8
+    (3, H_i, W_i) tensor of its own size. A list, so that torch's pin-memory helper and Lightning's transfer
+    move each image and keep the type; the boxes stay Python ints on the host, made so by the collate in the
+    worker, so cutting them on the device reads nothing back from it (``tests/test_host_syncs.py``)."""
+
+
+def collate_multicrop(batch: list) -> list[torch.Tensor] | WholeImages:
+    """A batch of per-image crop lists -> one (B, 3, H, W) tensor per crop position; of ``MultiCropBoxes``'
+    ``(image, boxes)`` pairs -> a ``WholeImages``."""
+    if isinstance(batch[0], tuple):
+        return WholeImages([[boxes.tolist() for _, boxes in batch], *(image for image, _ in batch)])
     return [torch.stack(crops) for crops in zip(*batch)]
+
+
+def cut_and_resize(image: torch.Tensor, box: Sequence[int], size: int) -> torch.Tensor:
+    """One crop on the image's device: ``box`` (top, left, height, width, flip) of the uint8 (3, H, W)
+    ``image``, resized to ``size`` x ``size`` by ``interpolate(bicubic, antialias=True, align_corners=False)``
+    (PIL's bicubic in torch's arithmetic), clamped to [0, 255], divided by 255 and not rounded: float (3, size,
+    size) in [0, 1]; flipped after the resize (the kernel is symmetric: a flip commutes with it)."""
+    top, left, h, w, flip = (int(v) for v in box)
+    cut = image[None, :, top:top + h, left:left + w].to(torch.float32)
+    out = F.interpolate(cut, size=(size, size), mode="bicubic", antialias=True, align_corners=False)[0]
+    out = out.clamp_(0, 255).div_(255)
+    return out.flip(-1) if flip else out
+
+
+class MultiCropCuts(nn.Module):
+    """The device's half of ``data.augment_on=device_crops``: a ``WholeImages``' boxes and images -> the float crops in [0, 1] per crop position, ``[(B, 3, g, g)] * 2 + [(B, 3, l, l)] * n``, which
+    ``MultiCropColour`` then colours. One ``interpolate`` per crop (the boxes differ in size): B (2 + n)
+    small calls."""
+
+    def __init__(self, global_size: int, local_size: int) -> None:
+        super().__init__()
+        self.global_size, self.local_size = int(global_size), int(local_size)
+
+    @torch.no_grad()
+    def forward(self, boxes: Sequence[Sequence[Sequence[int]]], images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        positions = len(boxes[0])
+        return [torch.stack([cut_and_resize(image, image_boxes[c], self.global_size if c < 2 else self.local_size)
+                             for image, image_boxes in zip(images, boxes)]) for c in range(positions)]
 
 
 def denormalize(x: torch.Tensor) -> torch.Tensor:
@@ -156,10 +234,15 @@ def denormalize(x: torch.Tensor) -> torch.Tensor:
     return (x * std + mean).clamp(0, 1)
 
 
-def multicrop_from_config(cfg) -> MultiCropAugmentation:
+def multicrop_from_config(cfg) -> MultiCropAugmentation | MultiCropBoxes:
     """The multi-crop augmentation of a pretraining config's ``dino:`` section; its colour work in the
-    loader's workers, or left to ``MultiCropColour`` on the device (``data.augment_on``)."""
+    loader's workers, or left to ``MultiCropColour`` on the device (``data.augment_on``); with
+    ``device_crops`` the workers only draw the boxes (``MultiCropBoxes``)."""
     d = cfg.dino
+    if augment_on(cfg) == "device_crops":
+        return MultiCropBoxes(global_crops_scale=tuple(d.global_crops_scale),
+                              local_crops_scale=tuple(d.local_crops_scale), local_crops_number=d.local_crops_number,
+                              global_size=d.global_crop_size, local_size=d.local_crop_size)
     return MultiCropAugmentation(
         global_crops_scale=tuple(d.global_crops_scale), local_crops_scale=tuple(d.local_crops_scale),
         local_crops_number=d.local_crops_number, global_size=d.global_crop_size, local_size=d.local_crop_size,
