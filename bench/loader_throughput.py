@@ -13,7 +13,10 @@ network file system is not part of these numbers.
    ``dino``, DINO's multi-crop (the suite's ``MultiCropAugmentation`` at the paper's 2 x 224 + 10 x 96);
    ``mae``, MAE's training view at 224 (``recipe/mae-paper.yaml``); ``supervised``, the supervised
    training transform at 224 (``train.yaml``'s timm recipe with RandAugment and random erasing);
-   ``decode``, the decode alone, which every other row includes. Beside ours, the official
+   ``decode``, the decode alone, which every other row includes; ``dino colour on device`` and ``dino crops
+   on device``, what DINO's workers still do under ``data.augment_on=device`` (decode, crop, flip to uint8)
+   and ``device_crops`` (decode, draw the boxes); ``device_part`` times the device's half of ``device_crops``
+   (cuts, resizes, colour ops) on this CPU for one batch. Beside ours, the official
    ``DataAugmentationDINO`` (facebookresearch/dino ``main_dino.py``, with the same scales and number of
    local crops; its crop sizes are fixed at 224 and 96 in its code), imported from the checkout that
    the ``official`` section reads (``DINO_REPO`` or ``--dino-repo``); one sentence says why when none is
@@ -56,7 +59,7 @@ from torchvision.transforms import functional as TF
 from skipless.config import load_config
 from skipless.data.reads import decode_rgb
 from skipless.ssl import method_of
-from skipless.ssl.dino.self_distillation import MultiCropAugmentation
+from skipless.ssl.dino.self_distillation import MultiCropAugmentation, MultiCropColour, MultiCropCuts, collate_multicrop
 from skipless.supervised.augment import train_transform
 from skipless.training.data import pretrain_dataset, pretrain_loader
 
@@ -90,9 +93,13 @@ def our_pipelines(overrides: list[str]) -> dict[str, tuple[str, Callable]]:
     mae = load_config("pretrain", ["ssl=mae", "data=imagenet"])
     aug = load_config("train", ["data=imagenet"]).aug
     d = dino.dino
+    views = crops_text(d.global_crop_size, d.local_crop_size, d.local_crops_number)
+    on = {where: load_config("pretrain", [*DINO_SIZES, *overrides, f"data.augment_on={where}"])
+          for where in ("device", "device_crops")}
     return {"decode": ("-", lambda image: image),
-            "dino": (crops_text(d.global_crop_size, d.local_crop_size, d.local_crops_number),
-                     method_of(dino).transform(dino)),
+            "dino": (views, method_of(dino).transform(dino)),
+            "dino colour on device": (views, method_of(on["device"]).transform(on["device"])),
+            "dino crops on device": (views, method_of(on["device_crops"]).transform(on["device_crops"])),
             "mae": (f"1x{mae.mae.input_size}", method_of(mae).transform(mae)),
             "supervised": (f"1x{aug.image_size}", train_transform(aug))}
 
@@ -125,6 +132,31 @@ def per_image_costs(paths: list[Path], pipelines: dict[str, tuple[str, Callable]
     return [{"pipeline": name, "views": views, "cpu_ms_per_image": 1000 * cpu[name] / n,
              "wall_ms_per_image": 1000 * wall[name] / n, "images_per_s_per_core": n / cpu[name] if cpu[name] else None,
              "images": n} for name, (views, _) in pipelines.items()]
+
+
+def device_part(paths: list[Path], overrides: list[str], batch: int) -> dict:
+    """The device's half of ``data.augment_on=device_crops`` run on this CPU (one thread): ``batch`` images'
+    boxes drawn and collated as the workers do, then the cuts and resizes (``MultiCropCuts``) and the colour
+    ops (``MultiCropColour``) of the batch, CPU ms for each, the median of 3 runs after one warm-up."""
+    cfg = load_config("pretrain", [*DINO_SIZES, *overrides, "data.augment_on=device_crops"])
+    d = cfg.dino
+    boxes = method_of(cfg).transform(cfg)
+    whole = collate_multicrop([boxes(decode_rgb(paths[i % len(paths)])) for i in range(batch)])
+    cuts, colour = MultiCropCuts(d.global_crop_size, d.local_crop_size), MultiCropColour()
+    times: dict[str, list[float]] = {"cuts": [], "colour": []}
+    for run in range(4):
+        c = time.process_time()
+        crops = cuts(whole[0], whole[1:])
+        t = time.process_time()
+        colour(crops)
+        done = time.process_time()
+        if run:
+            times["cuts"].append(1000 * (t - c))
+            times["colour"].append(1000 * (done - t))
+    median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    return {"batch": batch, "cuts_ms": median["cuts"], "colour_ms": median["colour"],
+            "total_ms": median["cuts"] + median["colour"],
+            "ms_per_image": (median["cuts"] + median["colour"]) / batch}
 
 
 def flat(transform: Callable) -> list[Callable]:
@@ -294,6 +326,7 @@ def section_loader(quick: bool = False, demand: float | None = None, dino_repo: 
         dino_aug = ours["dino"][1]
         breakdown = dino_breakdown(paths, dino_aug, warmup)
         draft = draft_option(paths, flat(dino_aug.local)[0], dino_aug.local_crops_number, warmup)
+        on_device = device_part(paths, overrides, 8 if quick else 64)
         worker_rows = [loader_row([*DINO_SIZES, *overrides], w, batches) for w in (workers or worker_counts())]
     finally:
         torch.set_num_threads(threads)
@@ -316,7 +349,7 @@ def section_loader(quick: bool = False, demand: float | None = None, dino_repo: 
         "official_cpu_ms_per_image": None if official_row is None else official_row["cpu_ms_per_image"],
         "official_wall_ms_per_image": None if official_row is None else official_row["wall_ms_per_image"],
         "official_note": note,
-        "dino_breakdown": breakdown, "draft": draft,
+        "dino_breakdown": breakdown, "draft": draft, "device_part": on_device,
         "cores": len(os.sched_getaffinity(0)), "workers": worker_rows}
     return result, section_text(result, demand)
 
@@ -341,6 +374,9 @@ def section_text(r: dict, demand: float | None) -> str:
               f"{d['full_crops_ms_per_image']:.1f} ms for the crops from the full decode ({d['full_decode_ms_per_image']:.1f}"
               f" ms, still needed for the globals): {d['saving_ms_per_image']:+.1f} ms per image saved; crops upsampled "
               f"{d['upsampled_share_full']:.0%} (full) and {d['upsampled_share_draft']:.0%} (draft)",
+              f"\nthe device's half of data.augment_on=device_crops on this CPU (1 thread), a batch of "
+              f"{r['device_part']['batch']}: cuts + resizes {r['device_part']['cuts_ms']:.0f} ms, colour ops "
+              f"{r['device_part']['colour_ms']:.0f} ms ({r['device_part']['ms_per_image']:.1f} ms per image)",
               f"\nthe pretraining loader ({r['cores']} cores; steady state after one batch per worker; demand: the "
               f"fastest step of the pretrain section{'' if demand else ', not run here'}):",
               markdown_table(r["workers"], WORKER_COLUMNS)]

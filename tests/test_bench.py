@@ -443,10 +443,12 @@ def test_loader_bench_reports_each_pipeline_the_breakdown_and_each_worker_count_
                              image_size=(64, 48), overrides=LOADER_SIZES)
     assert torch.get_num_threads() == threads  # one thread while measuring, the caller's afterwards
     assert r["images"]["count"] == 3 and r["images"]["sizes"] == {"64x48": 3} and r["threads"] == 1
-    assert [row["pipeline"] for row in r["pipelines"]] == ["decode", "dino", "mae", "supervised"]
+    assert [row["pipeline"] for row in r["pipelines"]] == ["decode", "dino", "dino colour on device",
+                                                           "dino crops on device", "mae", "supervised"]
     for row in r["pipelines"]:
         assert set(PIPELINE_COLUMNS) <= set(row) and row["images"] == 2 and row["cpu_ms_per_image"] > 0
-    assert [row["views"] for row in r["pipelines"][1:]] == ["2x32 + 2x16", "1x224", "1x224"]
+    assert [row["views"] for row in r["pipelines"][1:]] == ["2x32 + 2x16"] * 3 + ["1x224", "1x224"]
+    assert r["device_part"]["batch"] == 64 and r["device_part"]["cuts_ms"] > 0 and r["device_part"]["colour_ms"] > 0
     assert r["cpu_ms_per_image"] == {row["pipeline"]: row["cpu_ms_per_image"] for row in r["pipelines"]}
     assert r["official_cpu_ms_per_image"] is None and r["official_wall_ms_per_image"] is None
     assert "DINO_REPO is not set" in r["official_note"] and "official_cpu_ms_per_image is null" in r["official_note"]
