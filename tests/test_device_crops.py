@@ -24,6 +24,7 @@ from torchvision.transforms import functional as TF
 
 from skipless.config import load_config
 from skipless.data.conventions import IMAGENET_MEAN, IMAGENET_STD
+from skipless.devices.host_memory import size_text
 from skipless.devices.world import augment_on
 from skipless.pretrain import check_keys, pretrain
 from skipless.ssl import method_of
@@ -78,14 +79,15 @@ def test_the_workers_crops_are_the_boxes_cut_by_pil():
 
 
 def test_a_large_image_is_reduced_in_the_worker_and_its_boxes_drawn_on_it():
-    image = noise(1000, 700)  # shorter side 700 > 2 x 224: reduced by ceil(700 / 448) = 2
+    image = noise(1400, 1000)  # shorter side 1000 >= 2 x 448: reduced by floor(1000 / 448) = 2, to 500 (>= 448)
     whole, boxes = sd.MultiCropBoxes()(image)
-    assert tuple(whole.shape) == (3, 500, 350)
+    assert tuple(whole.shape) == (3, 700, 500)
     assert torch.equal(whole, TF.pil_to_tensor(image.reduce(2)))
     tops, lefts, hs, ws = boxes[:, :4].T
-    assert bool(((tops + hs <= 500) & (lefts + ws <= 350)).all())
-    small = noise(300, 400)
-    assert tuple(sd.MultiCropBoxes()(small)[0].shape) == (3, 300, 400)  # 300 <= 448: kept
+    assert bool(((tops + hs <= 700) & (lefts + ws <= 500)).all())
+    kept = noise(895, 1000)
+    assert tuple(sd.MultiCropBoxes()(kept)[0].shape) == (3, 895, 1000)  # 895 < 2 x 448: kept whole
+    assert sd.MultiCropBoxes().measure_side == 895
 
 
 # ---- 2. the device's cut and resize against PIL's -----------------------------------------------------------
@@ -122,7 +124,7 @@ def test_the_key_takes_device_crops_and_mae_refuses_it():
     with pytest.raises(Exception, match="data.augment_on=device_crops .* ssl=mae has none"):
         check_keys(load_config("pretrain", ["ssl=mae", "data.augment_on=device_crops"]))
     transform = sd.multicrop_from_config(load_config("pretrain", [*DINO_TINY, "data.augment_on=device_crops"]))
-    assert isinstance(transform, sd.MultiCropBoxes) and transform.max_side == 64
+    assert isinstance(transform, sd.MultiCropBoxes) and transform.max_side == 64 and transform.measure_side == 127
 
 
 @pytest.fixture(scope="module")
@@ -186,14 +188,16 @@ def test_a_resumed_device_crops_run_draws_what_an_uninterrupted_one_does(tmp_pat
 
 
 def test_loader_memory_measures_the_whole_image_micro_batch():
-    """DINO's paper recipe on one GPU: each image handed over whole, measured on a 448 x 448 square (the largest
-    square the worker keeps); its boxes are Python ints, not counted (400 bytes of values)."""
+    """DINO's paper recipe on one GPU: each image handed over whole, measured on a 895 x 895 square (the largest
+    square the worker keeps); its boxes are Python ints, not counted (400 bytes of values). 5.54 GB for the
+    loader at the worst case, where the device path's crops take 1.2 GB."""
     cfgs = {where: load_config("pretrain", ["data=imagenet", "train.num_workers=10", "train.devices=1",
                                             f"data.augment_on={where}"]) for where in ("device", "device_crops")}
     memory = {where: loader_memory(cfg, method_of(cfg).transform(cfg), method_of(cfg).collate)
               for where, cfg in cfgs.items()}
-    per_image = 448 * 448 * 3
+    per_image = 895 * 895 * 3
     assert memory["device_crops"].dtype == "uint8"
     assert memory["device_crops"].micro_batch == memory["device_crops"].images * per_image
     crops = 2 * 224 * 224 * 3 + 8 * 96 * 96 * 3
     assert memory["device"].micro_batch == memory["device"].images * crops
+    assert size_text(memory["device_crops"].per_process) == "5.54 GB" and size_text(memory["device"].per_process) == "1.2 GB"

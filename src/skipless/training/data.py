@@ -203,11 +203,11 @@ def loader_memory(cfg: DictConfig, sample: Callable[[Image.Image], Any],
     ``train.batch_size_per_device``. The views' sizes and dtype are whatever the method's transform makes
     (float32 crops; a transform that leaves the images uint8 for an augmentation on the device measures
     uint8), so no size or dtype is written twice. A transform that hands the image over whole (DINO's
-    ``data.augment_on=device_crops``) names the largest shorter side it keeps, ``max_side``: it is measured on a
-    square image of that side, the largest square it sends (a longer image sends more, to its pixel limit). Every generator it draws from is put back as it was, and so
+    ``data.augment_on=device_crops``) names the largest shorter side it keeps, ``measure_side``: it is measured on
+    a square image of that side, the largest square it sends (a longer image sends more, to its pixel limit). Every generator it draws from is put back as it was, and so
     is PIL's pixel limit, which an earlier read in this process may have set below a crop of this image
     (``data/reads.py``)."""
-    side = max(SAMPLE_SIDE, int(getattr(sample, "max_side", 0) or 0))
+    side = max(SAMPLE_SIDE, int(getattr(sample, "measure_side", 0) or 0))
     image = Image.new("RGB", (side, side), (124, 116, 104))
     drawn, limit = Streams.now(), Image.MAX_IMAGE_PIXELS
     Image.MAX_IMAGE_PIXELS = None

@@ -156,11 +156,13 @@ class MultiCropBoxes:
     ``MultiCropAugmentation``, and each flip is ``RandomHorizontalFlip``'s ``torch.rand(1) < 0.5``, drawn in
     the order that transform draws them (crop, flip, crop, flip, ...) from the worker's generator: with the
     same seed the boxes and flips are those ``MultiCropAugmentation(colour=False)`` cuts (exact resume as
-    before). An image whose shorter side is over ``max_side`` is first reduced by the integer factor
-    ``ceil(shorter / max_side)`` (PIL ``reduce``, a box average: cheap), its shorter side then in
-    (``max_side / 2``, ``max_side``], so a micro-batch's host memory stays bounded; the boxes are drawn on
-    the reduced image. ``max_side`` 2 x the global crop (448 px at 224) keeps every global crop a downscale
-    (a box of at least 40% of the area of an image whose shorter side is over 224 px)."""
+    before). An image whose shorter side is ``2 x max_side`` or more is first reduced by the integer factor
+    ``floor(shorter / max_side)`` (PIL ``reduce``, a box average: cheap), its shorter side then in
+    [``max_side``, ``2 x max_side``), so a micro-batch's host memory stays bounded (``measure_side``: the
+    largest square kept, which ``training/data.loader_memory`` measures); the boxes are drawn on the reduced
+    image. ``max_side`` 2 x the global crop (448 px at 224): on a reduced image every global crop (at least
+    40% of the area) is still a downscale, as on the full image. Images of ImageNet's common sizes (500 x 375,
+    640 x 480, 800 x 600) are not reduced."""
 
     def __init__(self, global_crops_scale: Sequence[float] = (0.4, 1.0),
                  local_crops_scale: Sequence[float] = (0.05, 0.4), local_crops_number: int = 8,
@@ -169,12 +171,13 @@ class MultiCropBoxes:
         self.sizes = [global_size] * 2 + [local_size] * local_crops_number
         self.ratio = (3.0 / 4.0, 4.0 / 3.0)  # RandomResizedCrop's default, as MultiCropAugmentation uses
         self.max_side = int(max_side or 2 * global_size)
+        self.measure_side = 2 * self.max_side - 1
 
     def __call__(self, image: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
         image = image.convert("RGB")
         shorter = min(image.size)
-        if shorter > self.max_side:
-            image = image.reduce(math.ceil(shorter / self.max_side))
+        if shorter >= 2 * self.max_side:
+            image = image.reduce(shorter // self.max_side)
         boxes = []
         for scale in self.scales:
             top, left, h, w = transforms.RandomResizedCrop.get_params(image, scale, self.ratio)
