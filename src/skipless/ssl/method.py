@@ -25,7 +25,7 @@ A method provides:
 - its **refusals** beyond single keys: ``check(cfg)``, called before anything is written;
 - ``colour_on_device``: whether its colour augmentation can run batched on the training device
   (``data.augment_on``; DINO's can, ``ssl/dino/self_distillation.py``). A method without it keeps its
-  whole view in the loader's workers, and ``data.augment_on=device`` is refused for it.
+  whole view in the loader's workers, and ``data.augment_on=device`` (or ``device_crops``) is refused for it.
 """
 from __future__ import annotations
 
@@ -66,4 +66,4 @@ class Method:
     check: Callable[[DictConfig], None] = _no_check
     run_prefix: str = ""
     exported: str = "backbone"  # what backbone.pt holds, in a word (DINO: "teacher", MAE: "encoder")
-    colour_on_device: bool = False  # data.augment_on=device is open to it (DINO)
+    colour_on_device: bool = False  # data.augment_on=device and device_crops are open to it (DINO)
