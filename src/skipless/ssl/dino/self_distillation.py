@@ -14,8 +14,10 @@ the whole of the above in the loader's workers on PIL images, as the official DI
 only crop and flip (``MultiCropAugmentation(colour=False)``: uint8 tensors) and ``MultiCropColour`` runs the
 jitter, grayscale, blur, solarisation and normalisation on the whole batch on the training device
 (``skipless/data/batched_augment.py``: the ops, their fidelity to torchvision's, the blur kernel), called by
-the module's ``on_after_batch_transfer``. The probabilities of each crop are ``GLOBAL_1``, ``GLOBAL_2`` and
-``LOCAL``, which both paths read.
+the module's ``on_after_batch_transfer``; ``device_crops``, the workers only decode and draw the crop boxes
+and flips (``MultiCropBoxes``) and the device also cuts, resizes and flips (``MultiCropCuts``) before the
+colour work. The probabilities of each crop are ``GLOBAL_1``, ``GLOBAL_2`` and ``LOCAL``, which every path
+reads.
 
 **The projection head** (Section 3 and Appendix): an MLP to a bottleneck, L2 normalisation, then a
 weight-normalised, bias-free linear layer to ``out_dim`` prototypes. ViT-S/16: 384 -> 2048 -> 2048 -> 256,
