@@ -34,8 +34,7 @@ from skipless.devices.world import augment_on
 from skipless.pretrain import check_keys, pretrain
 from skipless.ssl import METHODS
 from skipless.ssl.dino import self_distillation as sd
-from skipless.training.micro_batches import MicroBatches
-from tiny_runs import DINO_TINY, Losses
+from tiny_runs import DINO_TINY, Losses, StepsSeen, assert_steps_of_two_float_micro_batches
 
 N = 20_000  # draws for the statistics: a proportion's standard error is at most 0.0035
 
@@ -402,18 +401,10 @@ def test_a_tiny_dino_trains_on_the_device_path_with_normalised_float_crops(tmp_p
 def test_with_accumulation_each_micro_batch_is_coloured_on_the_device(tmp_path, data_root):
     """train.global_batch = 2 x batch_size_per_device: the step arrives as its two micro-batches (MicroBatches),
     each coloured and normalised in on_after_batch_transfer before the step sees it."""
-    seen = []
-
-    class Steps(pl.Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            seen.append(batch)
-
+    seen = StepsSeen()
     pretrain(tiny(tmp_path, data_root, "data.augment_on=device", "train.global_batch=8", "data.n_train=16"),
-             extra_callbacks=[Steps()])
-    assert seen and all(isinstance(step, MicroBatches) and len(step) == 2 for step in seen)
-    for crops in (part for step in seen for part in step):
-        assert [tuple(c.shape) for c in crops] == [(4, 3, 32, 32)] * 2 + [(4, 3, 16, 16)] * 2
-        assert all(c.dtype == torch.float32 for c in crops)
+             extra_callbacks=[seen])
+    assert_steps_of_two_float_micro_batches(seen, [(4, 3, 32, 32)] * 2 + [(4, 3, 16, 16)] * 2)
 
 
 def test_a_resumed_device_path_run_draws_what_an_uninterrupted_one_does(tmp_path, data_root):

@@ -30,7 +30,7 @@ from skipless.pretrain import check_keys, pretrain
 from skipless.ssl import method_of
 from skipless.ssl.dino import self_distillation as sd
 from skipless.training.data import loader_memory
-from tiny_runs import DINO_TINY, Losses
+from tiny_runs import DINO_TINY, Losses, StepsSeen, assert_steps_of_two_float_micro_batches
 
 
 def smooth(h=240, w=320):
@@ -157,19 +157,10 @@ def test_a_tiny_dino_trains_on_device_crops_with_normalised_float_crops(tmp_path
 def test_with_a_worker_and_accumulation_each_micro_batch_is_cut_on_the_device(tmp_path, data_root):
     """A worker process (the micro-batch pickled, its boxes Python ints) and train.global_batch = 2 x
     batch_size_per_device: the step arrives as two micro-batches, each cut and coloured before the step."""
-    from skipless.training.micro_batches import MicroBatches
-    seen = []
-
-    class Steps(pl.Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            seen.append(batch)
-
+    seen = StepsSeen()
     pretrain(tiny(tmp_path, data_root, "data.augment_on=device_crops", "train.global_batch=8", "data.n_train=16",
-                  "train.num_workers=1"), extra_callbacks=[Steps()])
-    assert seen and all(isinstance(step, MicroBatches) and len(step) == 2 for step in seen)
-    for crops in (part for step in seen for part in step):
-        assert [tuple(c.shape) for c in crops] == [(4, 3, 32, 32)] * 2 + [(4, 3, 16, 16)] * 2
-        assert all(c.dtype == torch.float32 for c in crops)
+                  "train.num_workers=1"), extra_callbacks=[seen])
+    assert_steps_of_two_float_micro_batches(seen, [(4, 3, 32, 32)] * 2 + [(4, 3, 16, 16)] * 2)
 
 
 def test_a_resumed_device_crops_run_draws_what_an_uninterrupted_one_does(tmp_path, data_root):

@@ -38,3 +38,24 @@ class PoisonAt(pl.Callback):
         if trainer.global_step == self.step:
             with torch.no_grad():
                 next(p for p in pl_module.parameters() if p.requires_grad).view(-1)[0] = float("nan")
+
+
+class StepsSeen(pl.Callback):
+    """The batch each training step receives, as the step receives it (after ``on_after_batch_transfer``)."""
+
+    def __init__(self):
+        self.batches = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batches.append(batch)
+
+
+def assert_steps_of_two_float_micro_batches(seen: StepsSeen, shapes: list[tuple[int, ...]]) -> None:
+    """Every step arrived as two micro-batches (``MicroBatches``) of float crops of ``shapes``: the device
+    augmentation coloured (and cut) each one before the step saw it."""
+    from skipless.training.micro_batches import MicroBatches
+
+    assert seen.batches and all(isinstance(step, MicroBatches) and len(step) == 2 for step in seen.batches)
+    for crops in (part for step in seen.batches for part in step):
+        assert [tuple(c.shape) for c in crops] == shapes
+        assert all(c.dtype == torch.float32 for c in crops)
