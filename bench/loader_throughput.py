@@ -68,8 +68,10 @@ from .side_by_side import import_official, official_checkout_problem
 from .table import markdown_table
 
 PIPELINE_COLUMNS = ["pipeline", "views", "cpu_ms_per_image", "wall_ms_per_image", "images_per_s_per_core"]
+# The worker table's rows: what the loader's workers do on each path of ``data.augment_on`` (auto picks one).
+AUGMENT_PATHS = ("workers", "device", "device_crops")
 BREAKDOWN_COLUMNS = ["stage", "op", "global_ms", "local_ms", "ms_per_image", "share"]
-WORKER_COLUMNS = ["crops", "batch", "num_workers", "startup_s", "batches", "images_per_s", "images_per_s_per_worker",
+WORKER_COLUMNS = ["augment_on", "crops", "batch", "num_workers", "startup_s", "batches", "images_per_s", "images_per_s_per_worker",
                   "demand_images_per_s", "loader_over_demand"]
 # DINO at the paper's crops (2 x 224 + 10 x 96, as the pretrain section's GPU rows), one GPU's batch of 64.
 DINO_SIZES = ["data=imagenet", "dino.global_crop_size=224", "dino.local_crop_size=96", "dino.local_crops_number=10",
@@ -134,29 +136,43 @@ def per_image_costs(paths: list[Path], pipelines: dict[str, tuple[str, Callable]
              "images": n} for name, (views, _) in pipelines.items()]
 
 
-def device_part(paths: list[Path], overrides: list[str], batch: int) -> dict:
-    """The device's half of ``data.augment_on=device_crops`` run on this CPU (one thread): ``batch`` images'
-    boxes drawn and collated as the workers do, then the cuts and resizes (``MultiCropCuts``) and the colour
-    ops (``MultiCropColour``) of the batch, CPU ms for each, the median of 3 runs after one warm-up."""
+def device_part(paths: list[Path], overrides: list[str], batch: int, device: torch.device | None = None) -> dict:
+    """The device's half of ``data.augment_on=device_crops``: ``batch`` images' boxes drawn and collated as the
+    workers do, then on ``device`` (None: the GPU where there is one, else this CPU at one thread) the cuts and
+    resizes (``MultiCropCuts``) and the colour ops (``MultiCropColour``, all of ``device``'s half) of the batch;
+    ms for each (CPU time on a CPU, wall time after a synchronize on a GPU), the median of 3 runs after one."""
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = load_config("pretrain", [*DINO_SIZES, *overrides, "data.augment_on=device_crops"])
     d = cfg.dino
     boxes = method_of(cfg).transform(cfg)
     whole = collate_multicrop([boxes(decode_rgb(paths[i % len(paths)])) for i in range(batch)])
+    images = [image.to(device) for image in whole[1:]]  # whole[0]: the boxes, as lists
     cuts, colour = MultiCropCuts(d.global_crop_size, d.local_crop_size), MultiCropColour()
+    on_gpu = device.type == "cuda"
+
+    def now() -> float:
+        if on_gpu:
+            torch.cuda.synchronize(device)
+            return time.perf_counter()
+        return time.process_time()
+
     times: dict[str, list[float]] = {"cuts": [], "colour": []}
     for run in range(4):
-        c = time.process_time()
-        crops = cuts(whole[0], whole[1:])
-        t = time.process_time()
+        c = now()
+        crops = cuts(whole[0], images)
+        t = now()
         colour(crops)
-        done = time.process_time()
+        done = now()
         if run:
             times["cuts"].append(1000 * (t - c))
             times["colour"].append(1000 * (done - t))
     median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-    return {"batch": batch, "cuts_ms": median["cuts"], "colour_ms": median["colour"],
+    return {"device": str(device), "batch": batch, "cuts_ms": median["cuts"], "colour_ms": median["colour"],
             "total_ms": median["cuts"] + median["colour"],
-            "ms_per_image": (median["cuts"] + median["colour"]) / batch}
+            "ms_per_image": (median["cuts"] + median["colour"]) / batch,
+            # what the device adds to each image's step on either device path
+            "device_ms_per_image": {"workers": 0.0, "device": median["colour"] / batch,
+                                    "device_crops": (median["cuts"] + median["colour"]) / batch}}
 
 
 def flat(transform: Callable) -> list[Callable]:
@@ -263,6 +279,12 @@ class Repeated(Dataset):
         return self.dataset[index % len(self.dataset)]
 
 
+def with_device_work(demand: float | None, device_ms_per_image: float) -> float | None:
+    """The images/s a step of ``demand`` images/s takes when the device also augments each image for
+    ``device_ms_per_image`` (the device paths' own share, added to the step's time)."""
+    return None if demand is None else 1.0 / (1.0 / demand + device_ms_per_image / 1000)
+
+
 def worker_counts(cores: int | None = None) -> list[int]:
     """0 (the main process), then 1, 2, 4 ... and the number of cores (at least 2)."""
     n = max(2, cores or len(os.sched_getaffinity(0)))
@@ -273,9 +295,10 @@ def worker_counts(cores: int | None = None) -> list[int]:
     return sorted(counts)
 
 
-def loader_row(overrides: list[str], num_workers: int, batches: int) -> dict:
-    """Images/s of the pretraining loader with ``num_workers`` workers in the steady state (module docstring)."""
-    cfg = load_config("pretrain", [*overrides, f"train.num_workers={num_workers}"])
+def loader_row(overrides: list[str], num_workers: int, batches: int, augment_on: str = "workers") -> dict:
+    """Images/s of the pretraining loader with ``num_workers`` workers in the steady state (module docstring),
+    its workers doing their share of ``data.augment_on=augment_on``."""
+    cfg = load_config("pretrain", [*overrides, f"train.num_workers={num_workers}", f"data.augment_on={augment_on}"])
     method = method_of(cfg)
     batch, d = int(cfg.train.batch_size_per_device), cfg.dino
     first = max(1, num_workers)
@@ -292,7 +315,7 @@ def loader_row(overrides: list[str], num_workers: int, batches: int) -> dict:
     end = time.perf_counter()
     del it
     images_per_s = timed * batch / (end - ready)
-    return {"crops": crops_text(d.global_crop_size, d.local_crop_size, d.local_crops_number), "batch": batch,
+    return {"augment_on": augment_on, "crops": crops_text(d.global_crop_size, d.local_crop_size, d.local_crops_number), "batch": batch,
             "num_workers": num_workers, "startup_s": ready - start, "batches": timed, "images_per_s": images_per_s,
             "images_per_s_per_worker": images_per_s / first}
 
@@ -327,12 +350,13 @@ def section_loader(quick: bool = False, demand: float | None = None, dino_repo: 
         breakdown = dino_breakdown(paths, dino_aug, warmup)
         draft = draft_option(paths, flat(dino_aug.local)[0], dino_aug.local_crops_number, warmup)
         on_device = device_part(paths, overrides, 8 if quick else 64)
-        worker_rows = [loader_row([*DINO_SIZES, *overrides], w, batches) for w in (workers or worker_counts())]
+        worker_rows = [loader_row([*DINO_SIZES, *overrides], w, batches, where) for where in AUGMENT_PATHS
+                       for w in (workers or worker_counts())]
     finally:
         torch.set_num_threads(threads)
     for r in worker_rows:
-        r["demand_images_per_s"] = demand
-        r["loader_over_demand"] = r["images_per_s"] / demand if demand else None
+        r["demand_images_per_s"] = with_device_work(demand, on_device["device_ms_per_image"][r["augment_on"]])
+        r["loader_over_demand"] = r["images_per_s"] / r["demand_images_per_s"] if demand else None
     by_name = {r["pipeline"]: r for r in rows}
     official_row = by_name.get("official dino")
     if official_row is not None:
@@ -352,6 +376,10 @@ def section_loader(quick: bool = False, demand: float | None = None, dino_repo: 
         "dino_breakdown": breakdown, "draft": draft, "device_part": on_device,
         "cores": len(os.sched_getaffinity(0)), "workers": worker_rows}
     return result, section_text(result, demand)
+
+
+def device_words(device: str) -> str:
+    return "this CPU (1 thread)" if device == "cpu" else f"the GPU ({device})"
 
 
 def section_text(r: dict, demand: float | None) -> str:
@@ -374,10 +402,11 @@ def section_text(r: dict, demand: float | None) -> str:
               f"{d['full_crops_ms_per_image']:.1f} ms for the crops from the full decode ({d['full_decode_ms_per_image']:.1f}"
               f" ms, still needed for the globals): {d['saving_ms_per_image']:+.1f} ms per image saved; crops upsampled "
               f"{d['upsampled_share_full']:.0%} (full) and {d['upsampled_share_draft']:.0%} (draft)",
-              f"\nthe device's half of data.augment_on=device_crops on this CPU (1 thread), a batch of "
+              f"\nthe device's half of data.augment_on=device_crops on {device_words(r['device_part']['device'])}, a batch of "
               f"{r['device_part']['batch']}: cuts + resizes {r['device_part']['cuts_ms']:.0f} ms, colour ops "
               f"{r['device_part']['colour_ms']:.0f} ms ({r['device_part']['ms_per_image']:.1f} ms per image)",
-              f"\nthe pretraining loader ({r['cores']} cores; steady state after one batch per worker; demand: the "
-              f"fastest step of the pretrain section{'' if demand else ', not run here'}):",
+              f"\nthe pretraining loader ({r['cores']} cores; steady state after one batch per worker; the workers' "
+              f"share of each data.augment_on path; demand: the fastest step of the pretrain section"
+              f"{' with the device part above added to each image on the device paths' if demand else ', not run here'}):",
               markdown_table(r["workers"], WORKER_COLUMNS)]
     return "\n".join(lines)

@@ -464,10 +464,18 @@ def test_loader_bench_reports_each_pipeline_the_breakdown_and_each_worker_count_
     assert sum(row["share"] for row in b["ops"]) == pytest.approx(1.0)
     assert r["draft"]["scale"] == 2 and r["draft"]["images"] == 2 and 0 <= r["draft"]["upsampled_share_draft"] <= 1
 
-    assert [w["num_workers"] for w in r["workers"]] == [0, 1]
+    assert [(w["augment_on"], w["num_workers"]) for w in r["workers"]] == [
+        (path, n) for path in ("workers", "device", "device_crops") for n in (0, 1)]
+    part = r["device_part"]
+    assert part["device"] == "cpu" and part["device_ms_per_image"] == {
+        "workers": 0.0, "device": part["colour_ms"] / 64, "device_crops": (part["cuts_ms"] + part["colour_ms"]) / 64}
     for w in r["workers"]:
         assert set(WORKER_COLUMNS) <= set(w) and w["batches"] == 1 and w["crops"] == "2x32 + 2x16" and w["batch"] == 2
-        assert w["images_per_s"] > 0 and w["loader_over_demand"] == pytest.approx(w["images_per_s"] / 10.0)
+        # the step's 10 images/s, with the device's ms per image added to each image on the device paths
+        demand = 1 / (1 / 10.0 + part["device_ms_per_image"][w["augment_on"]] / 1000)
+        assert w["demand_images_per_s"] == pytest.approx(demand)
+        assert w["images_per_s"] > 0 and w["loader_over_demand"] == pytest.approx(w["images_per_s"] / demand)
+    assert r["workers"][0]["demand_images_per_s"] == 10.0 and r["workers"][-1]["demand_images_per_s"] < 10.0
     json.dumps(r)  # what bench/results.json stores
 
 
