@@ -81,3 +81,38 @@ def test_compiled_blocks_give_the_eager_features_and_compile_one_graph_for_all_b
     for key, value in outs.items():
         torch.testing.assert_close(value, eager[key], rtol=1e-4, atol=1e-5)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("setting,mode,graphs", [(False, None, False), (True, {}, False),
+                                                 ("reduce-overhead", {"mode": "reduce-overhead"}, True),
+                                                 ("max-autotune-no-cudagraphs", {"mode": "max-autotune-no-cudagraphs"},
+                                                  False)])
+def test_train_compile_passes_its_mode_to_torch_compile_and_marks_cuda_graph_steps(monkeypatch, setting, mode, graphs):
+    """``train.compile`` true / a mode reaches ``nn.Module.compile`` (static shapes); with CUDA graphs each
+    micro-batch of ``micro_steps`` begins a new graph step, and otherwise none does."""
+    import lightning.pytorch as pl
+    import torch.compiler
+
+    from skipless.models import compile as compiling
+    from skipless.training.micro_batches import MicroBatches, micro_steps
+
+    calls, marks = [], []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: calls.append(kw))
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    monkeypatch.setitem(compiling._graphs, "on", False)
+    compiling.compile_in_place([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)], setting)
+    assert calls == ([] if mode is None else [{"dynamic": False, **mode}] * 2)
+    parts = MicroBatches([torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(1, 3)])
+    assert [w for _, w in micro_steps(pl.LightningModule(), parts, 2)] == pytest.approx([0.4, 0.4, 0.2])
+    assert len(marks) == (3 if graphs else 0)
+
+
+def test_an_unknown_compile_mode_is_refused_in_one_sentence_before_anything_is_written(tmp_path):
+    from skipless.config import ConfigError
+    from skipless.pretrain import check_keys
+
+    root = f"run.root={tmp_path}"
+    check_keys(load_config("pretrain", [*DINO_TINY, root, "train.compile=reduce-overhead"]))
+    with pytest.raises(ConfigError, match=r"train.compile must be .*reduce-overhead.*got 'fast'"):
+        check_keys(load_config("pretrain", [*DINO_TINY, root, "train.compile=fast"]))
+    assert list(tmp_path.iterdir()) == []

@@ -37,13 +37,46 @@ def _allow_compilation() -> None:
     setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), MAX_GRAPHS))
 
 
-def compile_in_place(modules: Iterable[nn.Module], enabled: bool) -> None:
-    """Compile each module whole, in place, when ``enabled``; eager on compilation failure."""
-    if not enabled:
+# ``train.compile``'s values besides false: true is torch.compile's default mode; ``reduce-overhead`` adds CUDA
+# graphs (one replayed graph per input shape: DINO's two crop sizes and the teacher's, all fixed), which on a
+# launch-bound small-batch step removes the kernels' launch cost; the ``max-autotune`` modes search GEMM
+# kernels (minutes of compilation). On a CPU the CUDA-graph part does nothing.
+COMPILE_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the modes that replay CUDA graphs
+_graphs = {"on": False}  # whether this process compiled a module into CUDA graphs (``new_graph_step``)
+
+
+def compile_mode(setting: bool | str) -> str | None:
+    """``train.compile`` -> torch.compile's mode: None for false, ``"default"`` for true, else the mode named."""
+    if setting is False or setting is None:
+        return None
+    if setting is True:
+        return "default"
+    if setting not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode {setting!r}; expected true, false or one of {', '.join(COMPILE_MODES)}")
+    return str(setting)
+
+
+def compile_in_place(modules: Iterable[nn.Module], enabled: bool | str) -> None:
+    """Compile each module whole, in place, when ``enabled`` (``train.compile``: true, or a mode of
+    ``COMPILE_MODES``); eager on compilation failure."""
+    mode = compile_mode(enabled)
+    if mode is None:
         return
     _allow_compilation()
+    _graphs["on"] = _graphs["on"] or mode in _GRAPH_MODES
     for module in modules:
-        module.compile(dynamic=False)
+        module.compile(dynamic=False, **({} if mode == "default" else {"mode": mode}))
+
+
+def new_graph_step() -> None:
+    """Tell CUDA-graph trees that a new training (micro-)step begins, so that replaying a graph may overwrite
+    the previous step's outputs (torch.compiler.cudagraph_mark_step_begin); nothing unless a module of this
+    process was compiled with CUDA graphs. ``training/micro_batches.micro_steps`` calls it per micro-batch."""
+    if _graphs["on"]:
+        import torch.compiler
+
+        torch.compiler.cudagraph_mark_step_begin()
 
 
 def compile_blocks(model: nn.Module, enabled: bool) -> None:

@@ -70,7 +70,7 @@ class Supervised(pl.LightningModule):
         self.schedules: dict[str, np.ndarray] = {}  # per optimizer step, from configure_optimizers
         self.automatic_optimization = False
         self.backbone = classifier_backbone(cfg.model, int(cfg.aug.image_size)) if backbone is None else backbone
-        compile_in_place((self.backbone,), bool(cfg.train.compile))
+        compile_in_place((self.backbone,), cfg.train.compile)
         self.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))
         self.head = nn.Linear(self.backbone.num_features, self.num_classes)
         # timm's init of a ViT's classifier (std 0.02); MAE's fine-tuning draws 2e-5 (model.head_init_std)

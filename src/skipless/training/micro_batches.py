@@ -52,6 +52,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.strategies import ParallelStrategy
 
+from ..models.compile import new_graph_step
 from .precision import StepOutsideAutocast
 
 
@@ -132,6 +133,7 @@ def micro_steps(module: pl.LightningModule, batch: Any, size: int) -> Iterator[t
     total = rows(batch)
     for i, part in enumerate(parts):
         weight = rows(part) / total
+        new_graph_step()  # train.compile=reduce-overhead: each micro-batch replays the CUDA graphs anew
         if i + 1 < len(parts):
             with held_back(module):
                 yield part, weight

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from ..config import ConfigError, leaf_values
 from ..config.rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
+from ..models.compile import COMPILE_MODES
 from ..models.vit import ARCHS
 from ..optim import IMPLEMENTATIONS, OPTIMIZERS
 from ..devices.world import AUGMENT_ON, world_size
@@ -126,7 +127,7 @@ RULES: dict[str, Rule] = {
                             f"one of {', '.join(PRECISIONS)} (16-bit weights, as bf16-true and 16-true keep them, "
                             "lose the EMA teacher's updates to rounding: use bf16-mixed or 16-mixed)"),
     "train.log_every_n_steps": POSITIVE_INT,
-    "train.compile": BOOL,
+    "train.compile": either(BOOL, one_of(*COMPILE_MODES)),
     "train.knn_every_n_epochs": COUNT,
     "train.knn_k": POSITIVE_INT,
     "train.keep_checkpoints": BOOL,

@@ -143,7 +143,7 @@ class DINO(pl.LightningModule):
         self.teacher = MultiCropNet(teacher, head())
         self.teacher.load_state_dict(self.student.state_dict())
         self.teacher.requires_grad_(False)
-        compile_in_place((self.student.backbone, self.teacher.backbone), bool(cfg.train.compile))
+        compile_in_place((self.student.backbone, self.teacher.backbone), cfg.train.compile)
         self.student.backbone.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))  # the teacher has no backward
         self.loss_fn = DINOLoss(d.out_dim, n_global=2, student_temp=d.student_temp,
                                 center_momentum=d.center_momentum)

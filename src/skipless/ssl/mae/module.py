@@ -122,7 +122,7 @@ class MAE(pl.LightningModule):
             encoder, decoder_dim=int(m.decoder.dim), decoder_depth=int(m.decoder.depth),
             decoder_heads=int(m.decoder.heads), mask_ratio=float(m.mask_ratio), norm_pix_loss=bool(m.norm_pix_loss),
             skip_pairs=skip_pairs_of(cfg, len(encoder.blocks)))
-        compile_in_place((self.net.encoder,), bool(cfg.train.compile))
+        compile_in_place((self.net.encoder,), cfg.train.compile)
         self.net.set_grad_checkpointing(bool(cfg.model.grad_checkpointing))
 
     # ---- the pieces other code uses -------------------------------------------------------------
