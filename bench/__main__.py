@@ -21,6 +21,8 @@ Sections (each can be chosen with ``--only``):
   at full scale, beside the official ``DataAugmentationDINO`` (``DINO_REPO``), where DINO's multi-crop
   time goes, and the pretraining loader's images/s per worker count against the step's demand
   (``loader_throughput.py``; the demand from ``pretrain`` when it runs in the same call).
+- ``end_to_end``: DINO pretraining over those JPEGs, per worker count and ``data.augment_on`` path, each step's
+  cycle split into the wait for the loader, the device's augmentation and the step (``end_to_end.py``).
 - ``compile``: a backbone's forward + backward eager, with each block compiled and compiled whole
   (``compile_step.py``).
 - ``optim``: one optimizer step alone, for each ``optim.implementation`` of AdamW and SOAP
@@ -49,6 +51,7 @@ from skipless.atomic import atomic_write
 from .attention_variants import section_variants
 from .compile_step import section_compile
 from .conditioning import section_conditioning
+from .end_to_end import section_end_to_end
 from skipless.flops import mfu_note
 from .pretrain_step import device_name, section_init, section_pretrain
 from .loader_throughput import section_loader
@@ -65,10 +68,10 @@ from .train_step import section_train
 # The FLOP columns of the pretrain and train tables (``flops.py``: a training step's FLOPs, 3 x forward).
 UTILISATION = ("gflop_per_image", "model_tflops_per_s", "mfu")
 SECTIONS = ("pretrain", "train", "mae", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim",
-            "loader", "compile", "variants", "osa")
+            "loader", "end_to_end", "compile", "variants", "osa")
 # The sections that take only ``quick`` and return (result, the text to print), run last in this order.
 TEXT_SECTIONS = {"mae": section_mae, "tokencut": bench_section, "conditioning": section_conditioning,
-                 "profile": section_profile, "compile": section_compile, "optim": section_optim,
+                 "profile": section_profile, "end_to_end": section_end_to_end, "compile": section_compile, "optim": section_optim,
                  "variants": section_variants, "osa": section_osa}
 
 
@@ -82,6 +85,12 @@ def main() -> None:
                         "$DINO_REPO)")
     parser.add_argument("--cache", default="bench/cache",
                         help="where the loader section keeps its generated JPEGs (written once, reused)")
+    parser.add_argument("--batches", type=lambda v: [int(b) for b in v.split(",")], default=None,
+                        help="the pretrain section's per-device batches, e.g. 64,128,256 (default: 64 on a GPU)")
+    parser.add_argument("--compile", type=lambda v: v.split(","), default=None,
+                        help="the pretrain section's train.compile settings, e.g. false,true,reduce-overhead")
+    parser.add_argument("--rows", type=lambda v: v.split(","), default=None,
+                        help="the pretrain section's model:optim rows, e.g. skip:adamw,skipless:soap (default: all four)")
     args = parser.parse_args()
     results: dict = {"device": device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M")}
     if "init" in args.only:
@@ -90,11 +99,12 @@ def main() -> None:
         for k, v in results["init"].items():
             print(f"  {k:8s} kappa = {v['median_condition']:.4g}, mean diagonal weight = {v['mean_diagonal']:.3f}")
     if "pretrain" in args.only:
-        rows = section_pretrain(args.quick)
+        rows = section_pretrain(args.quick, args.batches, args.compile, args.rows)
         results["pretrain"] = rows
         print(f"\nDINO pretraining step on {results['device']}:")
-        print(markdown_table(rows, ["model", "optim", "batch", "crops", "step_s", "images_per_s",
-                                    "soap_over_adamw", "skipless_over_skip", *UTILISATION, "peak_memory_mb"]))
+        print(markdown_table(rows, ["model", "optim", "batch", "compile", "crops", "step_s", "images_per_s",
+                                    "soap_over_adamw", "skipless_over_skip", "compiled_over_eager", *UTILISATION,
+                                    "peak_memory_mb", "wall_s"]))
         print(mfu_note())
     if "train" in args.only:
         rows = section_train(args.quick)

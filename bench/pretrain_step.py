@@ -101,19 +101,47 @@ def step_counts(quick: bool) -> tuple[int, int]:
     return (3, 1) if quick else (6, 2)
 
 
-def section_pretrain(quick: bool) -> list[dict]:
+MODEL_OPTIMS = ("skip:adamw", "skip:soap", "skipless:adamw", "skipless:soap")
+
+
+def section_pretrain(quick: bool, batches: list[int] | None = None, compiles: list[str] | None = None,
+                     rows: list[str] | None = None) -> list[dict]:
+    """DINO's step for each ``model:optim`` of ``rows`` (default ``MODEL_OPTIMS``), at each per-device batch of
+    ``batches`` (default: the sizes' 64 on a GPU, 16 on a CPU) and each ``train.compile`` setting of
+    ``compiles`` (default: ``false``); dynamo starts afresh for every compiled row, whose ``wall_s``, the row's
+    whole time, then includes its compilation."""
+    import torch._dynamo
+
     overrides = DINO_GPU_SIZES if torch.cuda.is_available() else DINO_CPU_SIZES
     steps, warmup = step_counts(quick)
-    return with_ratios([bench_pretrain_step(m, o, overrides, steps, warmup)
-                        for m in ("skip", "skipless") for o in ("adamw", "soap")])
+    out = []
+    for batch in batches or [None]:
+        for setting in compiles or ["false"]:
+            for pair in rows or MODEL_OPTIMS:
+                model, optim = pair.split(":")
+                torch._dynamo.reset()
+                start = time.perf_counter()
+                row = bench_pretrain_step(model, optim, [*overrides, *([f"train.batch_size_per_device={batch}"]
+                                                                       if batch else []),
+                                                         f"train.compile={setting}"], steps, warmup)
+                out.append({**row, "compile": setting, "wall_s": time.perf_counter() - start})
+    return with_ratios(out)
 
 
 def with_ratios(rows: list[dict]) -> list[dict]:
-    """Adds each row's step-time ratios SOAP / AdamW (same model) and skipless / skip (same optimizer)."""
-    by = {(r["model"], r["optim"]): r for r in rows}
+    """Adds each row's step-time ratios SOAP / AdamW (same model), skipless / skip (same optimizer) and
+    compiled / eager (same model and optimizer), within one batch and compile setting; None where the
+    other row was not measured."""
+    by = {(r["batch"], r.get("compile", "false"), r["model"], r["optim"]): r for r in rows}
+
+    def ratio(a: tuple, b: tuple) -> float | None:
+        return by[a]["step_s"] / by[b]["step_s"] if a in by and b in by else None
+
     for r in rows:
-        r["soap_over_adamw"] = by[(r["model"], "soap")]["step_s"] / by[(r["model"], "adamw")]["step_s"]
-        r["skipless_over_skip"] = by[("skipless", r["optim"])]["step_s"] / by[("skip", r["optim"])]["step_s"]
+        b, c, m, o = r["batch"], r.get("compile", "false"), r["model"], r["optim"]
+        r["soap_over_adamw"] = ratio((b, c, m, "soap"), (b, c, m, "adamw"))
+        r["skipless_over_skip"] = ratio((b, c, "skipless", o), (b, c, "skip", o))
+        r["compiled_over_eager"] = None if c == "false" else ratio((b, c, m, o), (b, "false", m, o))
     return rows
 
 

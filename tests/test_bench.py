@@ -628,3 +628,69 @@ def test_forward_flops_counts_a_model_that_hands_a_parameter_to_a_submodule_and_
         frozen(x)
     assert forward_flops(model, x) == counter.get_total_flops() > 0
     assert model.training and all(p.requires_grad for p in model.parameters())
+
+
+def test_data_wait_splits_each_cycle_into_the_wait_the_device_augmentation_and_the_step(monkeypatch):
+    """Scripted clock: each cycle's wait is the gap between steps less the transfer hook's time."""
+    from bench.end_to_end import DataWait
+
+    class Module:
+        def on_after_batch_transfer(self, batch, idx):
+            return batch + 1
+
+    clock = iter([0.0, 1.0,                 # step 0 (the warm-up): start, end
+                  3.0, 3.5, 4.0, 6.0,       # step 1: transfer 3.0-3.5, start 4.0, end 6.0
+                  6.5, 7.5, 7.5, 8.0])      # step 2: transfer 6.5-7.5, start 7.5, end 8.0
+    monkeypatch.setattr(DataWait, "_now", staticmethod(lambda: next(clock)))
+    timer, module = DataWait(warmup=0), Module()
+    timer.setup(None, module, "fit")
+    timer.on_train_batch_start(None, module, None, 0)
+    timer.on_train_batch_end(None, module, None, None, 0)
+    for i in (1, 2):
+        assert module.on_after_batch_transfer(i, 0) == i + 1
+        timer.on_train_batch_start(None, module, None, i)
+        timer.on_train_batch_end(None, module, None, None, i)
+    assert timer.wait == [2.5, 0.5] and timer.augment == [0.5, 1.0] and timer.step == [2.0, 0.5]
+
+
+def test_end_to_end_bench_runs_the_pretraining_per_path_and_worker_count(tmp_path):
+    from bench.end_to_end import COLUMNS, section_end_to_end
+
+    r, text = section_end_to_end(True, cache=tmp_path, workers=[0], paths=("workers", "device_crops"), steps=2,
+                                 warmup=1, image_size=(64, 48))
+    assert [(row["augment_on"], row["num_workers"]) for row in r["rows"]] == [("workers", 0), ("device_crops", 0)]
+    for row in r["rows"]:
+        assert set(COLUMNS) <= set(row) and row["steps"] == 2 and row["batch"] == 2
+        cycle = row["wait_ms"] + row["augment_ms"] + row["step_ms"]
+        assert row["augment_ms"] > 0 and row["step_ms"] > 0 and 0 <= row["data_wait_share"] < 1
+        assert row["images_per_s"] == pytest.approx(1000 * 2 / cycle)
+        assert row["data_wait_share"] == pytest.approx(row["wait_ms"] / cycle)
+    assert "| device_crops | 0 | 2 | 2 |" in text
+
+
+def test_pretrain_section_rows_per_batch_and_compile_setting_with_ratios_inside_each_group(monkeypatch):
+    """The rows asked for, each bench step given its batch and train.compile, dynamo reset per row; the
+    ratios compare rows of one batch and setting, compiled / eager the same model, optimizer and batch."""
+    import bench.pretrain_step as ps
+
+    times = {("skip", "adamw", "64", "false"): 1.0, ("skip", "soap", "64", "false"): 1.5,
+             ("skip", "adamw", "64", "true"): 0.7, ("skip", "soap", "64", "true"): 0.9,
+             ("skip", "adamw", "128", "false"): 2.0, ("skip", "soap", "128", "false"): 2.5,
+             ("skip", "adamw", "128", "true"): 1.2, ("skip", "soap", "128", "true"): 2.0}
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+
+    def step(model, optim, overrides, steps, warmup):
+        batch = [o.split("=")[1] for o in overrides if o.startswith("train.batch_size_per_device=")][-1]
+        setting = [o.split("=")[1] for o in overrides if o.startswith("train.compile=")][-1]
+        return {"model": model, "optim": optim, "batch": int(batch), "step_s": times[(model, optim, batch, setting)]}
+
+    monkeypatch.setattr(ps, "bench_pretrain_step", step)
+    rows = ps.section_pretrain(True, [64, 128], ["false", "true"], ["skip:adamw", "skip:soap"])
+    assert [(r["batch"], r["compile"], r["optim"]) for r in rows] == [
+        (b, c, o) for b in (64, 128) for c in ("false", "true") for o in ("adamw", "soap")] and len(resets) == 8
+    by = {(r["batch"], r["compile"], r["optim"]): r for r in rows}
+    assert by[(128, "true", "soap")]["compiled_over_eager"] == pytest.approx(2.0 / 2.5)
+    assert by[(64, "true", "adamw")]["soap_over_adamw"] == pytest.approx(0.9 / 0.7)
+    assert by[(64, "false", "adamw")]["compiled_over_eager"] is None
+    assert by[(64, "false", "soap")]["skipless_over_skip"] is None  # no skipless row was asked for
