@@ -45,8 +45,12 @@ def rank_losses(tmp_path: Path, tag: str, rank: int) -> list[float]:
 
 
 # 4 images per device and step: one batch, or 2 micro-batches of 2 (global batch 8 on 2 devices)
-@pytest.mark.parametrize("step", [[], ["train.batch_size_per_device=2", "train.global_batch=8"]],
-                         ids=["one-batch", "two-micro-batches"])
+# and the same with the crops and colour drawn and made on the device (data.augment_on=device_crops; the CPU
+# here): each rank's rows of the step's draws, resumed with the device's generator
+@pytest.mark.parametrize("step", [[], ["train.batch_size_per_device=2", "train.global_batch=8"],
+                                  ["train.batch_size_per_device=2", "train.global_batch=8",
+                                   "data.augment_on=device_crops"]],
+                         ids=["one-batch", "two-micro-batches", "device-crops"])
 def test_two_processes_with_workers_resume_at_an_epoch_end_and_mid_epoch_with_the_straight_losses(tmp_path, step):
     assert ddp_run(tmp_path, "straight", "straight", "none", *step) == 0
     # the signal at the start of step 3, the epoch's last: its end writes the epoch's checkpoint, then the run stops
