@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import lightning.pytorch as pl
+import torch
 
+from ..devices.device_memory import out_of_memory
 from ..errors import EXIT_INTERRUPTED, SkiplessError, user_message
 from .closing_lines import closing_lines
 from .preemption import RunPreempted, StopOnSignal, after_preemption
@@ -61,8 +63,6 @@ def resume_message(argv: Sequence[str], run_dir: Path | None, target: str = "pre
 
 def written_at(last: Path) -> str:
     """``written at the end of epoch 2, step 124`` (or mid-epoch) of a checkpoint, or less when it cannot be read."""
-    import torch
-
     try:
         return f"written at {checkpoint_position(torch.load(last, map_location='cpu', weights_only=False, mmap=True))}"
     except Exception:  # the message must not fail: the resume will say what is wrong with the file
@@ -91,7 +91,10 @@ def run_command(argv: list[str], target: str, plan_of: Callable[[list[str]], Run
     try:
         plan = plan_of(argv)
         run_dir = plan.run_dir
-        trainer = train_plan(plan)
+        try:
+            trainer = train_plan(plan)
+        except torch.cuda.OutOfMemoryError:
+            raise out_of_memory(plan.cfg) from None
     except (SkiplessError, KeyboardInterrupt) as err:
         return run_ended(err, argv, run_dir, target)
     if trainer.is_global_zero:
