@@ -368,7 +368,7 @@ def test_null_model_keys_build_the_papers_values():
     """init_args / alpha_min left null in pretrain.yaml build the paper's values (stated in models/)."""
     from skipless.pretrain import backbone_factory
 
-    for model, expect in (("skipless", {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False}),):
+    for model, expect in (("skipless", {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False, "qk": "head"}),):
         cfg = load_config("pretrain", ["data=imagenet", f"model={model}", "model.arch=vit_tiny", "model.depth=1"])
         assert backbone_factory(cfg, 0.0).skipless_args["init_args"] == expect
     cfg = load_config("pretrain", ["data=imagenet", "model=decayed", "model.arch=vit_tiny", "model.depth=1"])
