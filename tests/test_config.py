@@ -118,6 +118,7 @@ DEMO = {
     "ssl": "dino", "choices.ssl": "dino",  # issue 28: the method is a group (configs/ssl/dino.yaml), DINO by default
     # issue 34: no accumulation in the demo (the global batch is the per-device one), no checkpointing
     "train.global_batch": None, "model.grad_checkpointing": False,
+    "model.init_args.qk": None,  # issue 49: null = head, the reading of Eq. 11 of before (bit-identical weights)
 }
 
 

@@ -7,11 +7,15 @@ import pytest
 import torch
 from torch import nn
 
+from skipless.config import ConfigError, load_config
 from skipless.errors import ModelArgumentError
 from skipless.models import create_vit, extract_features, head_matrices, paper_matrices
 from skipless.models.features import embed_tokens
 from skipless.models.init import (CUTSKIP_DEFAULTS, cutskip_attention_, cutskip_init_, mimetic_query_key_,
                                   query_key_matrices)
+from skipless.ssl import method_of
+from skipless.supervised.schema import check_train_config
+from skipless.training.schema import check_pretrain_config
 
 D, HEADS = 48, 6
 DH = D // HEADS
@@ -162,3 +166,19 @@ def test_an_unknown_reading_is_refused_listing_both():
     with pytest.raises(ModelArgumentError, match="expected one of head, layer"):
         query_key_matrices(D, HEADS, 1.0, 1.0, torch.Generator(), qk="row")
 
+
+def _check_pretrain(cfg) -> None:
+    method = method_of(cfg)
+    check_pretrain_config(cfg, dict(method.rules), method.relations)
+
+
+@pytest.mark.parametrize("entry, check", [("pretrain", _check_pretrain), ("train", check_train_config)])
+def test_the_config_refuses_both_in_one_sentence(entry, check):
+    with pytest.raises(ConfigError, match=r"^model.init_args.qk must be null or one of head, layer, got 'row'"):
+        check(load_config(entry, ["model=skipless", "model.init_args.qk=row"]))
+    with pytest.raises(ConfigError) as err:
+        check(load_config(entry, ["model=skipless", "model.init_args.alpha=0"]))
+    assert str(err.value).startswith("model.init_args.qk=head with model.init_args.alpha=0 gives every head the same")
+    assert "expected model.init_args.qk=layer" in str(err.value) and "\n" not in str(err.value)
+    check(load_config(entry, ["model=skipless", "model.init_args.alpha=0", "model.init_args.qk=layer"]))
+    check(load_config(entry, ["model=skipless-plain", "model.init_args.alpha=0"]))  # timm's init: args unused
