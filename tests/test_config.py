@@ -118,6 +118,7 @@ DEMO = {
     "ssl": "dino", "choices.ssl": "dino",  # issue 28: the method is a group (configs/ssl/dino.yaml), DINO by default
     # issue 34: no accumulation in the demo (the global batch is the per-device one), no checkpointing
     "train.global_batch": None, "model.grad_checkpointing": False,
+    "model.init_args.qk": None,  # issue 49: null = head, the reading of Eq. 11 of before (bit-identical weights)
 }
 
 
@@ -368,7 +369,7 @@ def test_null_model_keys_build_the_papers_values():
     """init_args / alpha_min left null in pretrain.yaml build the paper's values (stated in models/)."""
     from skipless.pretrain import backbone_factory
 
-    for model, expect in (("skipless", {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False}),):
+    for model, expect in (("skipless", {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False, "qk": "head"}),):
         cfg = load_config("pretrain", ["data=imagenet", f"model={model}", "model.arch=vit_tiny", "model.depth=1"])
         assert backbone_factory(cfg, 0.0).skipless_args["init_args"] == expect
     cfg = load_config("pretrain", ["data=imagenet", "model=decayed", "model.arch=vit_tiny", "model.depth=1"])

@@ -18,7 +18,7 @@ def pretrain_header(cfg, run_dir=None):
 def test_demo_header_shows_its_recipe():
     text = pretrain_header(load_config("pretrain"), "runs/skipless-adamw-default")
     for part in ("ssl=dino model=skipless optim=adamw data=default recipe=demo -> runs/skipless-adamw-default",
-                 "vit_tiny/16", "residual skipless", "init cutskip (alpha 1.8, beta 1, c 3, center_mlp true)",
+                 "vit_tiny/16", "residual skipless", "init cutskip (alpha 1.8, beta 1, c 3, center_mlp true, qk head)",
                  "pooling avg", "drop-path 0", "2 x 96 px + 4 x 48 px", "1024 prototypes", "teacher temp 0.02",
                  "4 epochs", "global batch 32 = 32/device x 1 device, no accumulation", "adamw",
                  "peak lr 0.0003 = model.lr.adamw 0.0005 x optim.lr_scale 4.8 x 32/256", "epochs: none"):

@@ -11,7 +11,7 @@ heads). timm stores ``y = x W^T`` Linear layers and one fused ``qkv`` Linear who
     W^O   = proj.weight.T              W^O_h = proj.weight[:, h*d_h:(h+1)*d_h].T     (d_h x d)
 
 ``paper_matrices`` and ``head_matrices`` return these views so that tests (and readers) check the
-mapping once.
+mapping once; ``set_query_key_`` writes ``W^Q``, ``W^K`` by it.
 """
 from __future__ import annotations
 
@@ -59,28 +59,139 @@ def _scaled_orthogonal_value_output_(attn: nn.Module, c: float, gen: torch.Gener
         attn.proj.bias.zero_()
 
 
-@torch.no_grad()
-def _mimetic_query_key_(attn: nn.Module, alpha: float, beta: float, gen: torch.Generator) -> None:
-    """Section 5.2: per head, W^Q_h W^K_h^T = best rank-d_h approximation of alpha Z + beta I.
+QK_READINGS = ("head", "layer")
 
-    ``Z_ij ~ N(0, 1/d)``. With ``M_h = U S V^T``: ``W^Q_h = U[:, :d_h] S^1/2``,
-    ``W^K_h = V[:, :d_h] S^1/2`` (Eckart-Young). The identity term makes the logits diagonally
-    dominant, so the softmax is near the identity and well conditioned (Proposition 1).
+
+def qk_reading_problem(qk: str, alpha: float | None = None, prefix: str = "") -> str | None:
+    """Why cutskip cannot take the reading ``qk`` of Eq. 11 (with ``alpha``), in one sentence, or None.
+
+    ``qk`` must be one of ``QK_READINGS``; ``head`` with ``alpha == 0`` is refused: every head's
+    ``M_h = beta I``, whose best rank-d_h factors are the first d_h coordinates, so every head would get
+    the same ``W^Q_h = W^K_h`` and all heads one attention map. ``alpha=None`` checks ``qk`` alone;
+    ``prefix`` is put before the key names (``model.init_args.``), so a config rule and ``create_vit``
+    say it the same way.
     """
-    d = attn.proj.weight.shape[0]
-    dh, heads = attn.head_dim, attn.num_heads
-    dtype = attn.qkv.weight.dtype
+    if qk not in QK_READINGS:
+        return f"{prefix}qk={qk!r} is not a reading of Eq. 11; expected one of {', '.join(QK_READINGS)}"
+    if qk == "head" and alpha is not None and alpha == 0:
+        return (f"{prefix}qk=head with {prefix}alpha=0 gives every head the same W^Q_h = W^K_h (sqrt(beta) "
+                f"times the first d_h coordinates, the best rank-d_h factors of beta I), so all heads would share "
+                f"one attention map; expected {prefix}qk=layer (Eq. 11 on the whole layer, whose heads are "
+                f"mutually orthogonal at alpha 0, the setting of seed 000's language model) or {prefix}alpha != 0")
+    return None
+
+
+def query_key_matrices(d: int, heads: int, alpha: float, beta: float, gen: torch.Generator,
+                       qk: str = "head") -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's ``W^Q`` and ``W^K`` (each ``d x d``, float64; head h is columns ``h d_h:(h+1) d_h``,
+    ``d_h = d / heads``) of one layer under Eq. 11, ``W^Q W^K^T = alpha Z + beta I`` with
+    ``Z_ij ~ N(0, 1/d)`` (Ji et al., seed 000, Sec. 5.2): the identity term makes the logits diagonally
+    dominant, so the softmax is near the identity and well conditioned (Proposition 1). In one of two
+    readings:
+
+    ``head`` (the suite's reading since the first wave; the ViT default): per head an own
+    ``M_h = alpha Z_h + beta I = U S V^T`` and ``W^Q_h = U[:, :d_h] S^1/2``, ``W^K_h = V[:, :d_h] S^1/2``:
+    each head's ``W^Q_h W^K_h^T`` is the best rank-d_h approximation of its ``M_h`` (Eckart-Young), and the
+    layer's ``sum_h W^Q_h W^K_h^T`` is not ``alpha Z + beta I``. Draws ``Z_h`` for h = 0, 1, ... At
+    ``alpha = 0`` every ``M_h`` is ``beta I`` and every head gets ``sqrt(beta) [e_1 ... e_d_h]``: refused
+    (``qk_reading_problem``).
+
+    ``layer``: Eq. 11 as the paper writes it, for the layer's ``d x d`` matrices, whose column blocks
+    are the heads, so ``W^Q W^K^T = sum_h W^Q_h W^K_h^T``. One ``M = alpha Z + beta I = U S V^T`` and
+    ``R`` Haar-random orthogonal (``stiefel(d, d)``):
+
+        W^Q = U S^1/2 R,   W^K = V S^1/2 R,   so   W^Q W^K^T = U S^1/2 R R^T S^1/2 V^T = U S V^T = M
+
+    exactly: the layer's sum over heads is ``alpha Z + beta I``. ``R`` costs nothing in that product (any
+    orthogonal ``R`` gives it) and decides how ``M`` is split over the heads: head h gets
+    ``W^Q_h W^K_h^T = U S^1/2 P_h S^1/2 V^T``, ``P_h = R_h R_h^T`` a random rank-d_h projection
+    (``R_h`` the columns of head h, ``sum_h P_h = I``). Without ``R`` (``R = I``) head 0 would take the
+    d_h largest singular values of ``M`` and, at alpha 0, head h the coordinates ``h d_h:(h+1) d_h``. At
+    ``alpha = 0``, ``beta > 0``: ``M = beta I``, ``W^Q = W^K = sqrt(beta) U R`` (``sqrt(beta)`` times a
+    Haar-random orthogonal matrix), so ``W^Q_h^T W^Q_g = beta I`` for ``h = g`` and ``0`` otherwise:
+    mutually orthogonal, distinct heads, each ``W^Q_h W^K_h^T = beta P_h``, a rotation of what the ``head``
+    reading gives every head (``beta`` times a rank-d_h projection: the same logit scale), and their sum
+    ``beta I``. Seed 000's language model (App. A.8) uses alpha 0, beta 0.5. Draws ``Z`` (also at
+    alpha 0, so the draws do not depend on alpha), then ``R``.
+
+    Raises ``ModelArgumentError`` (before drawing anything) for an unknown ``qk``, ``head`` with
+    ``alpha == 0`` or ``d`` not a multiple of ``heads``.
+    """
+    problem = qk_reading_problem(qk, alpha)
+    if problem is None and (heads < 1 or d % heads):
+        problem = f"query_key_matrices splits d={d} into {heads} heads; expected heads >= 1 dividing d"
+    if problem:
+        raise ModelArgumentError(problem)
+    dh = d // heads
+    eye = torch.eye(d, dtype=torch.float64)
+    if qk == "layer":
+        z = torch.randn(d, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+        u, s, vt = torch.linalg.svd(alpha * z + beta * eye)
+        r = stiefel(d, d, gen)
+        root = s.sqrt()
+        return (u * root) @ r, (vt.T * root) @ r
+    wq = torch.empty(d, d, dtype=torch.float64)
+    wk = torch.empty(d, d, dtype=torch.float64)
     for h in range(heads):
         z = torch.randn(d, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
-        m = alpha * z + beta * torch.eye(d, dtype=torch.float64)
-        u, s, vt = torch.linalg.svd(m)
+        u, s, vt = torch.linalg.svd(alpha * z + beta * eye)
         root = s[:dh].sqrt()
-        wq = u[:, :dh] * root  # (d, d_h)
-        wk = vt[:dh].T * root
-        attn.qkv.weight[h * dh : (h + 1) * dh] = wq.T.to(dtype)
-        attn.qkv.weight[d + h * dh : d + (h + 1) * dh] = wk.T.to(dtype)
+        wq[:, h * dh : (h + 1) * dh] = u[:, :dh] * root
+        wk[:, h * dh : (h + 1) * dh] = vt[:dh].T * root
+    return wq, wk
+
+
+@torch.no_grad()
+def set_query_key_(attn: nn.Module, wq: torch.Tensor, wk: torch.Tensor) -> None:
+    """Write the paper's ``W^Q``, ``W^K`` (each ``d x d``, heads as column blocks) into the fused ``qkv``
+    Linear of ``attn`` (timm's layout, the module docstring: ``qkv.weight[0:d] = W^Q^T``,
+    ``qkv.weight[d:2d] = W^K^T``), cast to its dtype; the query and key biases, if any, zero. Any
+    attention with ``qkv``, ``proj``, ``num_heads`` and ``head_dim`` in that layout takes it."""
+    d = attn.proj.weight.shape[0]
+    if tuple(wq.shape) != (d, d) or tuple(wk.shape) != (d, d):
+        raise ModelArgumentError(f"set_query_key_ writes d x d matrices into a width-{d} attention; "
+                                 f"got W^Q {tuple(wq.shape)} and W^K {tuple(wk.shape)}")
+    dtype = attn.qkv.weight.dtype
+    attn.qkv.weight[:d] = wq.T.to(dtype)
+    attn.qkv.weight[d : 2 * d] = wk.T.to(dtype)
     if attn.qkv.bias is not None:
         attn.qkv.bias[: 2 * d] = 0.0
+
+
+def _width_and_heads(attn: nn.Module) -> tuple[int, int]:
+    """``(d, num_heads)`` of an attention whose heads are ``num_heads`` column blocks of ``head_dim``."""
+    d = attn.proj.weight.shape[0]
+    if attn.num_heads * attn.head_dim != d:
+        raise ModelArgumentError(f"Eq. 11 splits W^Q, W^K into heads as column blocks, which needs "
+                                 f"num_heads x head_dim = width; got {attn.num_heads} x {attn.head_dim} != {d}")
+    return d, attn.num_heads
+
+
+def mimetic_query_key_(attn: nn.Module, alpha: float, beta: float, gen: torch.Generator,
+                       qk: str = "head") -> None:
+    """Section 5.2, Eq. 11 on one attention module: ``query_key_matrices`` in the reading ``qk``, written
+    by ``set_query_key_``. The heads are ``attn.num_heads`` blocks of ``attn.head_dim`` columns."""
+    d, heads = _width_and_heads(attn)
+    set_query_key_(attn, *query_key_matrices(d, heads, alpha, beta, gen, qk))
+
+
+# The name before issue 49 item 2 (qk=head); models/lm_init.py of the causal-LM branch imports it. Drop it once
+# that module calls mimetic_query_key_ or cutskip_attention_ with its qk.
+_mimetic_query_key_ = mimetic_query_key_
+
+
+def cutskip_attention_(attn: nn.Module, alpha: float, beta: float, c: float, gen: torch.Generator,
+                       qk: str = "head") -> None:
+    """The paper's initialisation of one attention module (Section 5): ``W^V``, ``W^O`` (5.1) then
+    ``W^Q``, ``W^K`` (5.2, reading ``qk``), drawing from ``gen`` in that order; biases zero. A model of
+    other blocks (a language model whose attention has timm's ``qkv`` / ``proj`` / ``num_heads`` /
+    ``head_dim`` layout) calls it per block and initialises its MLP itself (``suo_``)."""
+    problem = qk_reading_problem(qk, alpha)
+    if problem:  # before W^V, W^O are written
+        raise ModelArgumentError(problem)
+    _width_and_heads(attn)
+    _scaled_orthogonal_value_output_(attn, c, gen)
+    mimetic_query_key_(attn, alpha, beta, gen, qk)
 
 
 def stiefel(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
@@ -140,24 +251,31 @@ def center_mlp_(mlp: nn.Module) -> None:
 
 # The one statement of cutskip's default arguments: the paper's DINO ViT-S values (Ji et al.,
 # Section 6.2: alpha 1.8, beta 1, c 3); its supervised ViT-B used alpha 2, beta 0.6, c 3 (Section 6.1).
-# center_mlp is ours, off as the paper states the init. Configs leave these null to mean "this value".
-CUTSKIP_DEFAULTS: dict[str, float | bool] = {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False}
+# center_mlp is ours, off as the paper states the init. qk: the reading of Eq. 11 (query_key_matrices),
+# head the suite's since the first wave, which every ViT result used; seed 000's language model (alpha 0,
+# App. A.8) needs layer. Configs leave these null to mean "this value".
+CUTSKIP_DEFAULTS: dict[str, float | bool | str] = {"alpha": 1.8, "beta": 1.0, "c": 3.0, "center_mlp": False,
+                                                   "qk": "head"}
 
 
 def cutskip_init_(model: nn.Module, alpha: float = CUTSKIP_DEFAULTS["alpha"], beta: float = CUTSKIP_DEFAULTS["beta"],
                   c: float = CUTSKIP_DEFAULTS["c"], seed: int | None = None,
-                  center_mlp: bool = CUTSKIP_DEFAULTS["center_mlp"]) -> None:
+                  center_mlp: bool = CUTSKIP_DEFAULTS["center_mlp"], qk: str = CUTSKIP_DEFAULTS["qk"]) -> None:
     """The paper's initialisation of every block, applied after timm's own init.
 
     Defaults are ``CUTSKIP_DEFAULTS``, the paper's DINO ViT-S values; the paper reports little
     sensitivity to them.
     Draws from torch's global generator unless ``seed`` is given. ``center_mlp`` also applies
-    ``center_mlp_`` to every MLP (our reading of the paper's "scale-corrected" MLP init).
+    ``center_mlp_`` to every MLP (our reading of the paper's "scale-corrected" MLP init). ``qk`` is the
+    reading of Eq. 11, ``head`` or ``layer`` (``query_key_matrices``); ``head`` with ``alpha = 0`` is
+    refused (``ModelArgumentError``) before any weight is written.
     """
+    problem = qk_reading_problem(qk, alpha)
+    if problem:
+        raise ModelArgumentError(problem)
     gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
     for block in model.blocks:
-        _scaled_orthogonal_value_output_(block.attn, c, gen)
-        _mimetic_query_key_(block.attn, alpha, beta, gen)
+        cutskip_attention_(block.attn, alpha, beta, c, gen, qk)
         suo_(block.mlp.fc1, gen)
         suo_(block.mlp.fc2, gen)
         if center_mlp:

@@ -104,7 +104,7 @@ def _timm_family(v: dict[str, Any]) -> str | None:
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     pretrain_schema.warmup_within, pretrain_schema.exports_reached, pretrain_schema.implementation_exists,
     pretrain_schema.diagnosed_blocks_exist, pretrain_schema.diagnostics_within_collective_timeout,
-    _image_tiles, _mixup_pairs, _timm_family)
+    pretrain_schema.cutskip_qk_reading, _image_tiles, _mixup_pairs, _timm_family)
 
 
 def check_train_config(cfg: DictConfig) -> None:

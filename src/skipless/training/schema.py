@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from ..config import ConfigError, leaf_values
 from ..config.rules import Rule, boolean, check_value, either, integer, is_int, is_real, number, one_of, optional, text
 from ..models.compile import COMPILE_MODES
+from ..models.init import CUTSKIP_DEFAULTS, QK_READINGS, qk_reading_problem
 from ..models.vit import ARCHS
 from ..optim import IMPLEMENTATIONS, OPTIMIZERS
 from ..devices.world import AUGMENT_ON, world_size
@@ -79,6 +80,7 @@ RULES: dict[str, Rule] = {
     "model.init_args.beta": optional(REAL),
     "model.init_args.c": optional(REAL),
     "model.init_args.center_mlp": optional(BOOL),
+    "model.init_args.qk": optional(one_of(*QK_READINGS)),  # null: CUTSKIP_DEFAULTS; alpha 0: cutskip_qk_reading
     "model.alpha_min": optional(UNIT),
     "model.decay.indexing": one_of("sub_block", "layer"),
     "model.decay.branches": one_of("both", "attn", "mlp"),
@@ -239,9 +241,20 @@ def diagnostics_within_collective_timeout(v: dict[str, Any]) -> str | None:
     return None
 
 
+def cutskip_qk_reading(v: dict[str, Any]) -> str | None:
+    """``model.init=cutskip`` with ``qk=head`` and ``alpha=0`` gives every head the same query and key
+    matrices (``models/init.py``, ``qk_reading_problem``); null keys take ``CUTSKIP_DEFAULTS``. Other
+    inits ignore ``init_args``."""
+    if v["model.init"] != "cutskip":
+        return None
+    qk, alpha = v.get("model.init_args.qk"), v.get("model.init_args.alpha")
+    return qk_reading_problem(CUTSKIP_DEFAULTS["qk"] if qk is None else qk,
+                              CUTSKIP_DEFAULTS["alpha"] if alpha is None else alpha, prefix="model.init_args.")
+
+
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     warmup_within, exports_reached, diagnosed_blocks_exist, implementation_exists,
-    diagnostics_within_collective_timeout)
+    diagnostics_within_collective_timeout, cutskip_qk_reading)
 
 
 def check_against(cfg: DictConfig, rules: dict[str, Rule],
