@@ -48,6 +48,12 @@ from .quick import QUICK, quick_epochs, quick_overrides
 # Keys that say where a job writes or how it reports, not what it computes: left out of its identity.
 PLACE_KEYS = ("run.name", "run.root", "run.resume", "run.requeue", "train.checkpoint_every_minutes", "out",
               "runs_root", "progress")
+# Keys added after jobs had run, each with the value that computes what the config did before the key existed:
+# left out of the identity while they hold it, so a job's hash (and the run folder make paper finds) stays the
+# one it had, and changes only for a job that sets the key otherwise.
+LATER_KEYS: dict[str, Any] = {
+    "model.init_args.qk": None,  # issue 49: Eq. 11's reading, null = head, the one reading before
+}
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -98,7 +104,8 @@ def config_hash(entry: str, overrides: list[str]) -> str:
     if entry == FINETUNE:
         overrides = ["model.name=checkpoint", "model.residual=skip", *overrides]
     cfg = load_config(entry, overrides)
-    values = {k: v for k, v in leaf_values(cfg).items() if k not in PLACE_KEYS}
+    values = {k: v for k, v in leaf_values(cfg).items()
+              if k not in PLACE_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])}
     text = json.dumps(values, sort_keys=True, default=str)
     return hashlib.sha256(f"{entry}\n{text}".encode()).hexdigest()[:8]
 

@@ -196,3 +196,20 @@ def test_a_run_started_under_another_cell_name_is_reused_not_trained_again(tmp_p
     plain = in_tables56[("skipless", "adamw")]
     assert plain.config_hash not in {j.config_hash for j in in_table2.values()}
     assert plain.run_dir not in {j.run_dir for j in in_table2.values()}
+
+
+def test_a_key_added_later_keeps_the_hash_of_jobs_that_leave_it_at_its_old_meaning():
+    """``LATER_KEYS``: the hash of a config whose later key holds its "as before" value is the hash of the same
+    values without the key (what the job hashed before the key existed); any other value is a new job."""
+    import hashlib
+    import json
+
+    from skipless.config import leaf_values, load_config
+    from paper.jobs import LATER_KEYS, PLACE_KEYS, config_hash
+
+    assert LATER_KEYS == {"model.init_args.qk": None}
+    values = {k: v for k, v in leaf_values(load_config("pretrain", [])).items() if k not in PLACE_KEYS}
+    assert values.pop("model.init_args.qk") is None
+    before = hashlib.sha256(f"pretrain\n{json.dumps(values, sort_keys=True, default=str)}".encode()).hexdigest()[:8]
+    assert config_hash("pretrain", []) == before
+    assert config_hash("pretrain", ["model.init_args.qk=layer"]) != before
