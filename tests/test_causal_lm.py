@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from skipless.errors import ModelArgumentError
-from skipless.models import (LM_ARCHS, RESIDUAL_MODES, create_causal_lm, lm_parameter_count, next_token_log_probs,
-                             next_token_loss)
+from skipless.models import (LM_ARCHS, RESIDUAL_MODES, BackboneLoadError, CausalLM, create_causal_lm, load_backbone,
+                             lm_parameter_count, next_token_log_probs, next_token_loss, save_backbone)
 from skipless.models.attention import SoftmaxAttention
 from skipless.models.rope import apply_rope, rope_angles
 
@@ -307,3 +307,38 @@ def test_the_decayed_mode_zeroes_the_output_projections_and_takes_its_gains():
     for block in model.blocks:
         assert (block.attn.proj.weight == 0).all() and (block.mlp.fc2.weight == 0).all()
     torch.testing.assert_close(model.blocks[1].shortcut_gains, torch.tensor([1 - 2 / 3 * 0.5, 0.5]))
+
+
+# ---------------------------------------------------------------- save and restore
+
+def test_a_saved_lm_is_rebuilt_from_its_arguments_and_loads_strictly(tmp_path):
+    model = tiny("skipless", init="cutskip", init_args=dict(alpha=1.0))
+    path = save_backbone(tmp_path / "backbone.pt", model)
+    loaded = load_backbone(path)
+    assert isinstance(loaded, CausalLM) and loaded.skipless_args == model.skipless_args
+    assert loaded.skipless_args["family"] == "lm"
+    x = tokens()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(x), model(x), atol=0, rtol=0)
+
+
+def test_an_lm_file_of_another_shape_and_an_lm_given_to_an_image_evaluator_are_refused(tmp_path):
+    from skipless.models.backbone_items import resolve_backbones
+
+    model = tiny()
+    payload_path = save_backbone(tmp_path / "backbone.pt", model)
+    payload = torch.load(payload_path, weights_only=True)
+    payload["args"]["mlp_hidden"] = 40
+    torch.save(payload, tmp_path / "other.pt")
+    with pytest.raises(BackboneLoadError, match="shape mismatches"):
+        load_backbone(tmp_path / "other.pt")
+    with pytest.raises(BackboneLoadError, match="model.family=lm"):
+        resolve_backbones(str(payload_path))
+
+
+def test_the_random_floor_of_an_lm_is_an_lm_of_the_same_arguments():
+    from skipless.models.backbone_items import BackboneSpec, spec_model
+
+    args = tiny("skipless").skipless_args
+    floor = spec_model(BackboneSpec("random", None, None, dict(args), "random"), seed=0)
+    assert isinstance(floor, CausalLM) and floor.skipless_args == args
