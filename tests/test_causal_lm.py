@@ -268,6 +268,7 @@ def test_the_loss_skips_ignored_labels_and_starts_near_log_vocabulary():
 # ---------------------------------------------------------------- initialisation
 
 def test_cutskip_value_output_swiglu_and_query_key_properties():
+    from skipless.models import LM_CUTSKIP_DEFAULTS
     from skipless.models.init import paper_matrices
 
     model = tiny("skipless", init="cutskip", init_args=dict(alpha=1.0, beta=0.5, c=3.0))
@@ -283,7 +284,7 @@ def test_cutskip_value_output_swiglu_and_query_key_properties():
         for w in (g, u):  # (hidden, d): W^T W = (hidden / d) I
             torch.testing.assert_close(w.T @ w, hidden / d * torch.eye(d, dtype=torch.float64), atol=1e-5, rtol=0)
         torch.testing.assert_close(down @ down.T, torch.eye(d, dtype=torch.float64), atol=1e-5, rtol=0)
-    assert model.skipless_args["init_args"] == dict(alpha=1.0, beta=0.5, c=3.0, qk="head")
+    assert model.skipless_args["init_args"] == dict(alpha=1.0, beta=0.5, c=3.0, qk=LM_CUTSKIP_DEFAULTS["qk"])
 
 
 def test_lm_cutskip_defaults_are_the_seeds_alpha_and_beta_and_qk_is_passed_through():
