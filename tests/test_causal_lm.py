@@ -171,6 +171,21 @@ def test_the_explicit_attention_matrix_is_lower_triangular_and_stochastic():
     torch.testing.assert_close(a.sum(-1), torch.ones(1, 4, 16))
 
 
+@pytest.mark.parametrize("explicit", [False, True])
+def test_bf16_autocast_forward_and_backward_stay_finite_and_near_float32(explicit):
+    model = tiny("skipless", init="cutskip", init_args=dict(alpha=1.0))
+    x = tokens()
+    with torch.no_grad():
+        want = model(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(x, explicit=explicit)
+        loss = next_token_loss(got, x)
+    loss.backward()
+    assert got.dtype == torch.bfloat16 and loss.dtype == torch.float32
+    assert (got.float() - want).abs().max() < 0.05 * want.abs().max()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
 def test_a_vit_attention_still_refuses_a_causal_call():
     attn = SoftmaxAttention(32, num_heads=4)
     with pytest.raises(NotImplementedError):
@@ -204,7 +219,8 @@ def reference_logits(state, x, depth, heads, residual, eps=1e-6, theta=10_000.0)
             per_head = []
             for i in range(heads):
                 cols = slice(i * dh, (i + 1) * dh)
-                qi, ki = rotate_by_complex_numbers(q[b, :, cols], theta), rotate_by_complex_numbers(k[b, :, cols], theta)
+                qi = rotate_by_complex_numbers(q[b, :, cols], theta)
+                ki = rotate_by_complex_numbers(k[b, :, cols], theta)
                 scores = (qi @ ki.T / math.sqrt(dh)).masked_fill(future, float("-inf"))
                 per_head.append(torch.softmax(scores, dim=-1) @ v[b, :, cols])
             heads_out.append(torch.cat(per_head, dim=-1))

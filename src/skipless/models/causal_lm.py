@@ -208,7 +208,8 @@ class CausalLM(nn.Module):
 
 
 def next_token_log_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """``log p(tokens[:, t+1] | tokens[:, :t+1])`` (B, T-1) from ``logits`` (B, T, V) of ``tokens`` (B, T), in float32."""
+    """``log p(tokens[:, t+1] | tokens[:, :t+1])`` (B, T-1) from ``logits`` (B, T, V) of ``tokens`` (B, T),
+    in float32."""
     logp = F.log_softmax(logits[:, :-1].float(), dim=-1)
     return logp.gather(-1, tokens[:, 1:, None]).squeeze(-1)
 

@@ -108,7 +108,8 @@ def apply_lm_init_(model: nn.Module, init: str, init_args: dict, residual: str, 
     (``lm_init_args``); the decayed mode then zeroes the output projections of attention and SwiGLU
     (``init.zero_output_projections_``, seeds/002 Sec. 3.2) unless ``zero_init`` is False, as the ViT's."""
     if init not in LM_INITS:
-        raise ModelArgumentError(f"unknown init {init!r} for the language model; expected one of: {', '.join(LM_INITS)}")
+        raise ModelArgumentError(f"unknown init {init!r} for the language model; expected one of: "
+                                 f"{', '.join(LM_INITS)}")
     fla_init_(model)
     if init == "cutskip":
         lm_cutskip_init_(model, **init_args)
