@@ -30,9 +30,14 @@ class SoftmaxAttention(Attention):
         explicit: compute the attention matrix explicitly instead of calling the fused kernel.
         capture: a set of names among ``{"q", "k", "v", "attn"}`` to record during the next
             forwards into ``captured`` (used by ``extract_features``); empty means record nothing.
+        causal: a class attribute: whether each token attends only to itself and the tokens before it.
+            False here (ViT tokens attend to all tokens); ``causal_lm.CausalAttention`` sets it and
+            masks in ``matrix`` and ``fused`` itself, so a caller's ``is_causal=True`` is accepted only
+            by a causal class and says nothing new to it.
     """
 
     DEFAULTS: dict[str, object] = {}
+    causal: bool = False
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -44,16 +49,21 @@ class SoftmaxAttention(Attention):
     def configure(self) -> None:
         """Softmax attention takes no arguments beyond timm's."""
 
+    def rotate(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Position information put into ``q`` and ``k`` (B, heads, N, d_h) before the scores: none here (a
+        ViT's positions are in its tokens); the causal LM's RoPE (``causal_lm.CausalAttention``)."""
+        return q, k
+
     def forward(
         self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
     ) -> torch.Tensor:
-        if attn_mask is not None or is_causal:
+        if attn_mask is not None or (is_causal and not self.causal):
             raise NotImplementedError("skipless attention takes no mask: ViT tokens attend to all tokens")
         B, N, _ = x.shape
         # timm's fused qkv: rows of qkv.weight are [Q; K; V], each head-major.
         qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # (B, heads, N, d_h)
-        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotate(self.q_norm(q), self.k_norm(k))
 
         attn = self.matrix(q, k) if self.explicit or "attn" in self.capture else None
         out = self.attn_drop(attn) @ v if self.explicit else self.fused(q, k, v)

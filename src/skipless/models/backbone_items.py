@@ -45,6 +45,7 @@ import torch
 
 from ..errors import SkiplessError
 from ..devices.world import isolated_rng
+from .causal_lm import LM_FAMILY, causal_lm_from_args
 from .checkpoint import ArchRequiredError, BackboneLoadError, load_backbone, read_backbone_args
 from .compile import compile_blocks
 from .timm_family import backbone_from_args, family_of, model_name
@@ -301,6 +302,8 @@ def spec_model(spec: BackboneSpec, seed: int = 0, device: str | torch.device = "
         args = {k: v for k, v in spec.args.items() if k != "arch"}
         with isolated_rng(device):
             torch.manual_seed(seed)
+            if family_of(spec.args) == LM_FAMILY:
+                return causal_lm_from_args(spec.args)
             if family_of(spec.args) != "vit":
                 return backbone_from_args(spec.args)
             return create_vit(spec.args["arch"], **args)

@@ -21,10 +21,15 @@ the init that is asked for (the zeroed output projections belong to the decayed 
 The norms stay in every mode unless ``norm="none"``: the paper keeps pre-LN and only removes the
 shortcut; the OSA-Transformer (seeds/004, Section 2) removes both, ``x = a(x); x = m(x)``. Drop-path
 drops a branch and keeps the shortcut, so it has no meaning on a sub-block without one and is forced off.
+
+The causal language model (``causal_lm.py``) builds the same block with ``norm="rmsnorm"``, its SwiGLU
+MLP and its causal RoPE attention (timm's ``Block`` takes the MLP and attention classes as arguments),
+so every residual mode above is one argument away there too.
 """
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from timm.models.vision_transformer import Block
@@ -32,7 +37,10 @@ from timm.layers import DropPath
 from torch import nn
 
 RESIDUAL_MODES = ("skip", "skipless", "decayed", "attn-skip", "mlp-skip", "scaled-branch", "scaled-sum")
-NORMS = ("layernorm", "none")  # the blocks' pre-norms: timm's LayerNorm, or none (norm1, norm2 are identities)
+NORMS = ("layernorm", "none")  # the ViT's pre-norms: timm's LayerNorm, or none (norm1, norm2 are identities)
+RMS_NORM = "rmsnorm"  # the causal LM's pre-norms (block norm only; the ViT keeps NORMS)
+RMS_EPS = 1e-6  # flash-linear-attention's norm_eps (TransformerConfig), the LM's anchor
+rms_norm = partial(nn.RMSNorm, eps=RMS_EPS)  # weight only, no bias (as fla's RMSNorm)
 SQRT_HALF = math.sqrt(0.5)  # the scaled modes' constant (seeds/002 Table 3b)
 
 
@@ -61,7 +69,8 @@ class ResidualBlock(Block):
             devices but stays out of the state dict (so a plain timm state dict loads unchanged);
             backbone files store ``alpha_min``, ``decay_indexing`` and ``decay_branches``, from which
             ``create_vit`` rebuilds the gains (``decay.decayed_gains``).
-        norm: one of ``NORMS``; ``"none"`` makes ``norm1`` and ``norm2`` identities (no parameters).
+        norm: one of ``NORMS``; ``"none"`` makes ``norm1`` and ``norm2`` identities (no parameters);
+            ``"rmsnorm"`` (``RMS_NORM``, the causal LM's) makes them ``rms_norm``.
         attention_args: passed to the attention module's ``configure`` (``attention.py``).
         Other arguments are timm's ``Block`` arguments.
     """
@@ -75,10 +84,12 @@ class ResidualBlock(Block):
         attention_args: dict | None = None,
         **kwargs,
     ) -> None:
-        if norm not in NORMS:
-            raise ValueError(f"unknown norm {norm!r}; expected one of {', '.join(NORMS)}")
+        if norm not in (*NORMS, RMS_NORM):
+            raise ValueError(f"unknown norm {norm!r}; expected one of {', '.join((*NORMS, RMS_NORM))}")
         if norm == "none":
             kwargs["norm_layer"] = nn.Identity
+        elif norm == RMS_NORM:
+            kwargs["norm_layer"] = rms_norm
         super().__init__(*args, **kwargs)
         self.attn.configure(**(attention_args or {}))
         self.residual = residual

@@ -1,7 +1,8 @@
 """Backbone files: weights with timm's parameter names plus the ``create_vit`` arguments.
 
 A backbone of another family (``make train MODEL=resnet``: ``family: timm`` in its arguments,
-``timm_family.py``) is written the same way and rebuilt from its arguments by ``timm_family.backbone_from_args``.
+``timm_family.py``) is written the same way and rebuilt from its arguments by ``timm_family.backbone_from_args``;
+so is a causal language model (``family: lm``, ``causal_lm.causal_lm_from_args``).
 
 ``save_backbone`` writes ``{"format", "args", "state_dict"}``; ``load_backbone`` rebuilds the model
 from ``args`` and loads strictly (a silently ignored key would hide a wrong architecture).
@@ -29,6 +30,7 @@ import torch
 
 from ..atomic import atomic_torch_save
 from ..errors import SkiplessError
+from .causal_lm import LM_FAMILY, causal_lm_from_args
 from .timm_family import backbone_from_args, family_of, model_name
 from .vit import ARCHS, SkiplessViT, backbone_args, create_vit
 
@@ -71,7 +73,8 @@ def backbone_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_backbone(path: str | os.PathLike, model: SkiplessViT, extra: dict[str, Any] | None = None) -> Path:
     """Write a backbone-only file (atomically). ``extra`` holds metadata such as the epoch."""
     if not hasattr(model, "skipless_args"):
-        raise TypeError("save_backbone needs a model built by skipless.models.create_vit")
+        raise TypeError("save_backbone needs a model built by skipless.models.create_vit (or create_causal_lm, or "
+                        "the timm family's factory), which sets skipless_args")
     payload = {"format": FORMAT, "args": backbone_args(model), "state_dict": backbone_state_dict(model),
                "extra": dict(extra or {})}
     return atomic_torch_save(payload, path)
@@ -209,11 +212,14 @@ def load_state_strict(model: SkiplessViT, state: dict[str, torch.Tensor], source
 
 
 def build_backbone(args: dict[str, Any], source: str) -> torch.nn.Module:
-    """An (untrained) ``SkiplessViT`` from stored ``create_vit`` arguments, or the timm model of a ``family: timm``
-    backbone's, to load weights into."""
+    """An (untrained) ``SkiplessViT`` from stored ``create_vit`` arguments, the timm model of a ``family: timm``
+    backbone's, or the ``CausalLM`` of a ``family: lm`` one's, to load weights into."""
     stored = dict(args)
-    if family_of(stored) != "vit":
+    family = family_of(stored)
+    if family != "vit":
         try:
+            if family == LM_FAMILY:  # the weights are overwritten afterwards: skip the paper's SVD-heavy init
+                return causal_lm_from_args(stored, initialise=False)
             return backbone_from_args(stored)
         except (KeyError, TypeError, ValueError) as err:
             raise BackboneLoadError(f"{source}: cannot rebuild the {model_name(stored)} from its stored arguments: "
