@@ -175,11 +175,6 @@ def mimetic_query_key_(attn: nn.Module, alpha: float, beta: float, gen: torch.Ge
     set_query_key_(attn, *query_key_matrices(d, heads, alpha, beta, gen, qk))
 
 
-# The name before issue 49 item 2 (qk=head); models/lm_init.py of the causal-LM branch imports it. Drop it once
-# that module calls mimetic_query_key_ or cutskip_attention_ with its qk.
-_mimetic_query_key_ = mimetic_query_key_
-
-
 def cutskip_attention_(attn: nn.Module, alpha: float, beta: float, c: float, gen: torch.Generator,
                        qk: str = "head") -> None:
     """The paper's initialisation of one attention module (Section 5): ``W^V``, ``W^O`` (5.1) then

@@ -9,11 +9,10 @@
 - ``cutskip``: the paper's Section 5 on every block, after ``fla`` (the ViT's ``cutskip`` after timm's, the
   same order of draws per block):
 
-  * values / output (Sec. 5.1): ``init._scaled_orthogonal_value_output_``, ``W^V = c U``, ``W^O = c V^T``, so
-    ``W^V W^O`` has all singular values ``c^2``;
-  * queries / keys (Eq. 11): ``lm_query_key_``, which reads Eq. 11 as ``qk`` says and hands the drawing to
-    ``models/init.py`` (``head``: ``init._mimetic_query_key_``, the best rank-d_h factors of
-    ``alpha Z_h + beta I`` drawn per head);
+  * values / output (Sec. 5.1) then queries / keys (Eq. 11), both by ``init.cutskip_attention_``: ``W^V = c U``,
+    ``W^O = c V^T``, so ``W^V W^O`` has all singular values ``c^2``; Eq. 11 read as ``qk`` says (``layer``, the
+    LM's default: the whole layer's ``W^Q W^K^T = alpha Z + beta I``, its heads the column blocks, mutually
+    orthogonal at alpha 0; ``head``: the ViT's per-head best rank-d_h factors, refused at alpha 0);
   * SwiGLU: SUO (``init.suo_``, Martens et al. 2021) on each of its three matrices, gate ``fc1_g`` and up
     ``fc1_x`` (``hidden x d``: ``W^T W = (hidden / d) I``) and down ``fc2`` (``d x hidden``: ``W W^T = I``).
     The seed says SUO for its ViT MLPs (Sec. 6.1); on SwiGLU's three matrices is issue 49's reading.
@@ -33,18 +32,17 @@ import torch
 from torch import nn
 
 from ..errors import ModelArgumentError
-from .init import _mimetic_query_key_, _scaled_orthogonal_value_output_, suo_, zero_output_projections_
+from .init import QK_READINGS, cutskip_attention_, suo_, zero_output_projections_
 
 LM_INITS = ("fla", "cutskip")
 FLA_INIT_STD = 0.02  # flash-linear-attention's initializer_range (TransformerConfig default)
-# The readings of Eq. 11 models/init.py offers today. ``head``: per head, the best rank-d_h factors of its own
-# alpha Z_h + beta I (init._mimetic_query_key_, the ViT's reading). Issue 49 item 2 adds ``layer`` (Eq. 11 on
-# the whole d x d layer) to init.py: add it here and in lm_query_key_, and make it LM_CUTSKIP_DEFAULTS["qk"].
-LM_QK_READINGS = ("head",)
+# The readings of Eq. 11 (models/init.py): ``head``, per head the best rank-d_h factors of its own alpha Z_h +
+# beta I (the ViT experiments' reading); ``layer``, the whole d x d layer's W^Q W^K^T = alpha Z + beta I.
+LM_QK_READINGS = QK_READINGS
 # The LM's cutskip arguments: alpha 0, beta 0.5 the seed's (App. A.8); c 3 ours (its ViT experiments' value);
-# qk the only reading init.py has today. Note: with alpha 0 the ``head`` reading gives every head the same
-# W^Q_h = W^K_h = sqrt(beta) [e_1 .. e_dh] (issue 49, "a trap in today's init"); the seed's LM wants ``layer``.
-LM_CUTSKIP_DEFAULTS: dict[str, float | str] = {"alpha": 0.0, "beta": 0.5, "c": 3.0, "qk": "head"}
+# qk ``layer``: at alpha 0 the ``head`` reading would give every head the same W^Q_h = W^K_h =
+# sqrt(beta) [e_1 .. e_dh] (issue 49, "a trap in today's init") and is refused; ``layer`` gives orthogonal heads.
+LM_CUTSKIP_DEFAULTS: dict[str, float | str] = {"alpha": 0.0, "beta": 0.5, "c": 3.0, "qk": "layer"}
 
 
 @torch.no_grad()
@@ -60,14 +58,6 @@ def fla_init_(model: nn.Module, std: float = FLA_INIT_STD) -> None:
             module.reset_parameters()
 
 
-def lm_query_key_(attn: nn.Module, alpha: float, beta: float, gen: torch.Generator, qk: str) -> None:
-    """Eq. 11 on one attention layer, read as ``qk`` says (``LM_QK_READINGS``), drawn by ``models/init.py``."""
-    if qk == "head":
-        _mimetic_query_key_(attn, alpha, beta, gen)
-    else:
-        raise ModelArgumentError(f"unknown query/key reading qk={qk!r}; expected one of: {', '.join(LM_QK_READINGS)}")
-
-
 def lm_cutskip_init_(model: nn.Module, alpha: float = LM_CUTSKIP_DEFAULTS["alpha"],
                      beta: float = LM_CUTSKIP_DEFAULTS["beta"], c: float = LM_CUTSKIP_DEFAULTS["c"],
                      qk: str = LM_CUTSKIP_DEFAULTS["qk"], seed: int | None = None) -> None:
@@ -76,15 +66,14 @@ def lm_cutskip_init_(model: nn.Module, alpha: float = LM_CUTSKIP_DEFAULTS["alpha
     Args:
         alpha, beta: Eq. 11's ``W^Q W^K^T = alpha Z + beta I``, ``Z_ij ~ N(0, 1/d)`` (seed A.8: 0 and 0.5).
         c: Sec. 5.1's scale, ``W^V W^O = c^2 U V^T`` (3, ours after the seed's ViT experiments).
-        qk: the reading of Eq. 11 (``LM_QK_READINGS``), passed to ``lm_query_key_``.
+        qk: the reading of Eq. 11 (``LM_QK_READINGS``), passed to ``init.cutskip_attention_``.
         seed: the generator's seed; None draws it from torch's global generator (as ``init.cutskip_init_``).
     """
     if qk not in LM_QK_READINGS:
         raise ModelArgumentError(f"unknown query/key reading qk={qk!r}; expected one of: {', '.join(LM_QK_READINGS)}")
     gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(2**62, ()).item()))
     for block in model.blocks:
-        _scaled_orthogonal_value_output_(block.attn, c, gen)
-        lm_query_key_(block.attn, alpha, beta, gen, qk)
+        cutskip_attention_(block.attn, alpha, beta, c, gen, qk)
         for linear in (block.mlp.fc1_g, block.mlp.fc1_x, block.mlp.fc2):
             suo_(linear, gen)
 
@@ -118,4 +107,4 @@ def apply_lm_init_(model: nn.Module, init: str, init_args: dict, residual: str, 
 
 
 __all__ = ["FLA_INIT_STD", "LM_CUTSKIP_DEFAULTS", "LM_INITS", "LM_QK_READINGS", "apply_lm_init_", "fla_init_",
-           "lm_cutskip_init_", "lm_init_args", "lm_query_key_"]
+           "lm_cutskip_init_", "lm_init_args"]
