@@ -1,6 +1,6 @@
 """Whole language-model runs (``make lm``, ``skipless/lm.py``) on a tiny C4-layout corpus: a run trains, validates
-and exports a backbone an evaluator can load with its tokenizer; one step of 2 micro-batches of 4 windows is the
-step of one batch of 8; a run interrupted by a signal and resumed gives the uninterrupted losses bit for bit; a
+and exports a backbone an evaluator can load with its tokenizer; one step of 2 micro-batches of 16 windows is the
+step of one batch of 32; a run interrupted by a signal and resumed gives the uninterrupted losses bit for bit; a
 diverged run stops naming the lr key."""
 from __future__ import annotations
 
@@ -86,8 +86,8 @@ def test_a_step_of_two_micro_batches_is_the_step_of_one_batch(tmp_path, data):
     """Gradients to float tolerance, the loss and the weights after the step; AdamW's eps 1e-4 keeps an entry whose
     gradient is rounding noise from stepping by +-lr on the noise's sign (tests/test_accumulation.py says why)."""
     runs = {}
-    for name, extra in (("whole", ["train.batch_size_per_device=8"]),
-                        ("accumulated", ["train.batch_size_per_device=4", "train.global_batch=8"])):
+    for name, extra in (("whole", ["train.batch_size_per_device=32"]),
+                        ("accumulated", ["train.batch_size_per_device=16", "train.global_batch=32"])):
         record = StepRecord()
         cfg = load_config("lm", tiny_args(data, tmp_path, f"run.name={name}", "train.max_steps=1", "optim.eps=1e-4",
                                           "optim.warmup_steps=0", *extra))
