@@ -149,3 +149,19 @@ def test_what_the_data_refuses_is_one_sentence_before_the_run_folder(tmp_path, d
     said = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "tokenizing" not in line]
     assert len(said) == 1 and said[0].startswith("error: ") and message in said[0], said
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_is_not_resumed_with_another_tokenizer_file(tmp_path, data, capsys):
+    import shutil
+
+    from skipless.data.text import build_tokenizer
+
+    own = tmp_path / "tok" / "tokenizer.json"
+    own.parent.mkdir()
+    shutil.copyfile(build_tokenizer("bible-bpe4k", data[0], data[1] / "tokenizers", data[1] / "downloads").path, own)
+    args = tiny_args(data, tmp_path / "runs", f"data.tokenizer=path:{own}", "train.max_steps=1")
+    assert main(args) == 0
+    own.write_text(own.read_text() + "\n")  # the same vocabulary, another file
+    assert main([*args, "run.resume=true", "train.max_steps=2"]) == 1
+    err = capsys.readouterr().err
+    assert "RESUME=1 would continue" in err and "but the run trained with" in err and "tokenizer/tokenizer.json" in err

@@ -23,8 +23,8 @@ from omegaconf import DictConfig
 from .config import ConfigError, load_config
 from .data.text import PackedWindows
 from .devices.world import check_global_batch, check_gpus_visible, global_batch
-from .language.data import (CORPORA, TextData, check_one_step, copy_tokenizer, prepare_text, split_windows,
-                            train_loader)
+from .language.data import (CORPORA, TextData, check_one_step, check_same_tokenizer, copy_tokenizer, prepare_text,
+                            split_windows, train_loader)
 from .language.module import LanguageModel, lm_args
 from .language.schema import check_lm_config
 from .models.causal_lm import create_causal_lm
@@ -146,6 +146,8 @@ def run_training(plan: LMPlan, extra_callbacks: Sequence[pl.Callback] = ()) -> t
     torch.set_num_threads(plan.threads)
     with hold_run_folder(run_dir):
         start = prepare_run(cfg, run_dir)
+        if start.ckpt_path is not None:
+            check_same_tokenizer(text, run_dir)
         pl.seed_everything(cfg.run.seed, workers=True, verbose=False)
         context = plan.model["context"]
         module = LanguageModel(cfg, text.tokenizer.vocab_size, PackedWindows(text.val, context),

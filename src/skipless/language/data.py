@@ -27,10 +27,12 @@ from ..atomic import atomic_write
 from ..config import ConfigError
 from ..data.text import PackedStream, PackedWindows, TextTokenizer, build_tokenizer, c4_shards, ensure_bible_corpus
 from ..data.text.packing import pack_tokens
+from ..data.text.pinned import sha256_of
 from ..data.text.tokenizer import CONFIG as TOKENIZER_CONFIG
 from ..devices.world import batch_per_device_step, world_size
 from ..training.data import training_loader
 from ..training.loader_state import ResumableLoader
+from ..training.run_folder import ResumeMismatchError
 
 CORPORA = {"default": "the World English Bible", "c4": "C4 en"}
 
@@ -105,6 +107,17 @@ def split_windows(stream: PackedStream, context: int, split: str, corpus: str) -
     return PackedWindows(stream, context)
 
 
+def check_same_tokenizer(text: TextData, run_dir: Path) -> None:
+    """Refuse to resume a run with another tokenizer than the one it trained with (its copy in ``<run>/tokenizer/``):
+    the same ``data.tokenizer`` names another file when that file, or the corpus it was trained on, changed."""
+    saved = run_dir / "tokenizer" / text.tokenizer.path.name
+    if saved.is_file() and sha256_of(saved) != text.tokenizer.digest:
+        raise ResumeMismatchError(f"RESUME=1 would continue {run_dir} with tokenizer {text.tokenizer.path} (sha256 "
+                                  f"{text.tokenizer.digest[:12]}), but the run trained with {saved} (sha256 "
+                                  f"{sha256_of(saved)[:12]}): the file or the corpus it is built from changed; resume "
+                                  f"with data.tokenizer=path:{saved}, or start a new run under another run.name")
+
+
 def check_one_step(cfg: DictConfig, windows: PackedWindows, what: str) -> None:
     """Refuse training windows too few for one optimizer step on every device."""
     world, step = world_size(cfg), batch_per_device_step(cfg)
@@ -131,5 +144,5 @@ def validation_batches(windows: PackedWindows, batch_size: int, rank: int = 0,
         yield torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])
 
 
-__all__ = ["CORPORA", "TextData", "check_one_step", "copy_tokenizer", "prepare_text", "split_windows",
+__all__ = ["CORPORA", "TextData", "check_one_step", "check_same_tokenizer", "copy_tokenizer", "prepare_text", "split_windows",
            "train_loader", "validation_batches"]
