@@ -68,6 +68,9 @@ PRETRAIN_ARGS = $(call opt,ssl,$(SSL)) $(call opt,model,$(MODEL)) $(call opt,opt
 TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(resume_arg) $(ARGS)
+LM_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
+  $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
+  $(resume_arg) $(ARGS)
 FINETUNE_ARGS = $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) $(call opt,recipe,$(RECIPE)) \
   $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(resume_arg) $(ARGS)
@@ -80,7 +83,7 @@ choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/
 scales = $(subst $(eval) ,|,$(sort $(patsubst $(1)-%,%,$(basename $(notdir $(wildcard configs/recipe/$(1)-*.yaml))))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain train finetune probe tokencut pca conditioning knn linear tsne paper bench tensorboard test clean
+.PHONY: help setup data pretrain train lm finetune probe tokencut pca conditioning knn linear tsne paper bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -103,6 +106,9 @@ help: ## list targets and variables
 	@echo "       RESUME=auto (continue if it has a checkpoint, else start: the default under SLURM and torchrun) RESUME=0 (new)"
 	@echo "       the paper recipes keep their papers' global batch on any GPUS x NODES (train.global_batch: gradient"
 	@echo "       accumulation, stated in the run header); ARGS=\"model.grad_checkpointing=true\" trades compute for memory"
+	@echo "make lm takes MODEL=skip|skipless|skipless-plain (the residual mode; skipless with the paper's init) OPT= GPUS= NODES="
+	@echo "       RESUME= ARGS=, DATA=default (the World English Bible, written on first use) or c4 (C4 en at DATA_ROOT=)"
+	@echo "       and RECIPE=$(call scales,lm) (default: demo on DATA=default, else paper: configs/lm.yaml, docs/lm.md)"
 	@echo "  DATA= of the evaluators (key dataset; DATASET= is its former name): default|voc|ade20k|cocostuff (probe) or"
 	@echo "       default|voc07|voc12|coco20k (tokencut)"
 	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/registry.py)"
@@ -153,6 +159,9 @@ pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= O
 
 train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|imagenet10|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
+
+lm: $(STAMP) ## seed 000's language model (App. A.8): text and tokenizer built if missing, then trained: MODEL=skip|skipless|skipless-plain OPT= DATA=default|c4 DATA_ROOT= RECIPE=demo|paper GPUS= NODES= RESUME= ARGS=
+	$(PY) -m skipless.lm $(LM_ARGS)
 
 finetune: $(STAMP) ## end-to-end fine-tuning of the backbone CKPT names (default: the newest run): CKPT= DATA= RECIPE= OPT= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.finetune $(call popt,finetune.ckpt,$(CKPT)) $(FINETUNE_ARGS)
