@@ -1,7 +1,8 @@
 """The zero-shot tasks' files (issue 49, item 4): PIQA, HellaSwag, WinoGrande, ARC-Easy and ARC-Challenge, read
 as their original releases and as Hugging Face snapshots lay them out, without the ``datasets`` package.
 
-Every item comes back in the Hugging Face layout, the fields lm-evaluation-harness's task files read:
+Every item comes back in the Hugging Face layout (its other fields kept as they are), the fields
+lm-evaluation-harness's task files read:
 
 ============== ====================================== =====================================================
 task           original release                       Hugging Face (``datasets`` features)
@@ -101,7 +102,7 @@ def _index(value: Any, count: int, path: Path, line: int, field: str) -> int:
 
 def _piqa(doc: dict, path: Path, line: int, label: Any) -> dict:
     out = {f: _text(doc, path, line, f) for f in ("goal", "sol1", "sol2")}
-    return {**out, "label": _index(label, 2, path, line, "label")}
+    return {**doc, **out, "label": _index(label, 2, path, line, "label")}
 
 
 def _hellaswag(doc: dict, path: Path, line: int) -> dict:
@@ -112,7 +113,7 @@ def _hellaswag(doc: dict, path: Path, line: int) -> dict:
     if "label" not in doc:
         raise _bad(path, line, "label", "is missing")
     label = _index(doc["label"], len(endings), path, line, "label")
-    return {**out, "ctx": doc.get("ctx", out["ctx_a"] + " " + out["ctx_b"]), "endings": endings, "label": str(label)}
+    return {**doc, **out, "endings": endings, "label": str(label)}
 
 
 def _winogrande(doc: dict, path: Path, line: int) -> dict:
@@ -121,7 +122,7 @@ def _winogrande(doc: dict, path: Path, line: int) -> dict:
         raise _bad(path, line, "sentence", "must hold the blank '_' the options fill")
     if "answer" not in doc or str(doc["answer"]) not in ("1", "2"):
         raise _bad(path, line, "answer", f"must be '1' or '2', got {doc.get('answer')!r}")
-    return {**out, "answer": str(doc["answer"])}
+    return {**doc, **out, "answer": str(doc["answer"])}
 
 
 def _arc(doc: dict, path: Path, line: int, layout: str) -> dict:
