@@ -76,12 +76,15 @@ def _halves(text: str) -> tuple[str, str]:
 def _others(rng: random.Random, verses: list[tuple[str, str]], i: int, k: int, part: Callable[[str], str]) -> list[str]:
     """``k`` distinct ``part``s of verses other than ``i``, none equal to verse ``i``'s."""
     own, out = part(verses[i][1]), []
-    while len(out) < k:
+    for _ in range(100 * len(verses)):
         j = rng.randrange(len(verses))
         candidate = part(verses[j][1])
         if j != i and candidate != own and candidate not in out:
             out.append(candidate)
-    return out
+        if len(out) == k:
+            return out
+    raise MalformedDatasetError(f"the held-out verses hold fewer than {k + 1} distinct endings; the demo tasks need "
+                                "that many")
 
 
 def _place(rng: random.Random, true: str, wrong: list[str]) -> tuple[list[str], int]:
@@ -119,10 +122,12 @@ def _winogrande(rng, verses, i):
     if not places:
         return None
     at = rng.choice(places)
-    while True:
+    for _ in range(100 * len(verses)):
         other = rng.choice(verses[rng.randrange(len(verses))][1].split())
         if _word_ok(other) and other.lower() != words[at].lower() and other[0].isupper() == words[at][0].isupper():
             break
+    else:
+        return None
     options, answer = _place(rng, words[at], [other])
     sentence = " ".join(words[:at] + ["_"] + words[at + 1:])
     return {"sentence": sentence, "option1": options[0], "option2": options[1], "answer": str(answer + 1)}
