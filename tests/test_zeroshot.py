@@ -290,3 +290,28 @@ def test_main_says_one_sentence_and_help_lists_the_keys(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0 and "tokenizer: null" in capsys.readouterr().out
+
+
+def test_the_demo_tasks_are_written_from_the_corpus_on_first_use(tmp_path, monkeypatch):
+    """DATA=demo (the default): the held-out chapters of the corpus make lm wrote become the five task files under
+    data/lm-demo-tasks/ (relative to where the command runs), which are then scored."""
+    import random
+
+    from skipless.data.text import bible
+
+    rng = random.Random(0)
+    words = "the dog cat sun sea king fish bird tree seed Moses Aaron".split()  # short: the model reads 32 tokens
+    chapters = [bible.Chapter(1 + k // 20, f"Book {1 + k // 20}", 1 + k % 20, tuple(
+        " ".join(rng.choice(words) for _ in range(rng.randint(9, 10))) + "." for _ in range(8))) for k in range(80)]
+    bible.write_bible_corpus(chapters, tmp_path / "corpus")
+    run = _copy_run(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config("zeroshot", [f"ckpt={run}", f"corpus={tmp_path / 'corpus'}", f"cache={tmp_path / 'nowhere'}",
+                                   f"runs_root={tmp_path / 'runs'}", "random_floor=false", "limit=2", "progress=false",
+                                   "device=cpu"])
+    result = run_zeroshot(cfg)["lm"]
+    assert (tmp_path / "data" / "lm-demo-tasks" / "piqa" / "valid-labels.lst").is_file()
+    assert {t: (r["n"], r["chance"]) for t, r in result["tasks"].items()} == {
+        "piqa": (2, 0.5), "hellaswag": (2, 0.25), "winogrande": (2, 0.5), "arc_easy": (2, 0.25),
+        "arc_challenge": (2, 0.25)}
+    assert not (tmp_path / "nowhere").exists()  # the corpus was complete: nothing downloaded
