@@ -315,3 +315,22 @@ def test_the_demo_tasks_are_written_from_the_corpus_on_first_use(tmp_path, monke
         "piqa": (2, 0.5), "hellaswag": (2, 0.25), "winogrande": (2, 0.5), "arc_easy": (2, 0.25),
         "arc_challenge": (2, 0.25)}
     assert not (tmp_path / "nowhere").exists()  # the corpus was complete: nothing downloaded
+
+
+def test_an_item_longer_than_the_context_is_refused_or_with_too_long_skip_left_out_and_counted(tmp_path):
+    run = _copy_run(tmp_path)
+    long = {"goal": "Boil water", "sol1": "pot " * 40, "sol2": "pan", "label": 1}
+    short = {"goal": "Boil water", "sol1": "pot", "sol2": "freezer", "label": 0}
+    path = tmp_path / "piqa.jsonl"
+    path.write_text("".join(json.dumps(d) + "\n" for d in (short, long, short)))
+    base = [f"ckpt={run}", f"files.piqa={path}", "tasks=[piqa]", "random_floor=false"]
+    with pytest.raises(RequestError, match=r"^1 items have a continuation longer than the 32 tokens lm reads "
+                                           r"\(piqa item 2: \d+ tokens\) .* pass too_long=skip"):
+        run_zeroshot(_cfg(tmp_path, *base))
+    assert _nothing_written(tmp_path)
+    result = run_zeroshot(_cfg(tmp_path, *base, "too_long=skip"))["lm"]
+    assert (result["tasks"]["piqa"]["n"], result["tasks"]["piqa"]["skipped"]) == (2, 1)
+    assert "Left out (too_long=skip: a continuation longer than 32 tokens): PIQA 1 items." in \
+        (run / "eval" / "zeroshot-demo.md").read_text()
+    logged = [json.loads(line) for line in (run / "eval" / "zeroshot-demo-requests.jsonl").open()]
+    assert [r["item"] for r in logged] == [0, 0, 2, 2]  # the file's own item numbers

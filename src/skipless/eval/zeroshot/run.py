@@ -53,7 +53,7 @@ from ..shared.output_dirs import check_outputs
 from ..shared.report import compare_dir, markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import COMMON, check_rules
 from ..shared.tb_events import event_writer
-from .harness import score_requests
+from .harness import RequestError, continuation_log_probs, encode_request, model_input
 from .tasks import TASK_SPECS, Item, chance, item_metrics, mean_stderr
 
 FAMILIES = ("lm", "vit", "timm")  # read so that an image backbone is refused by name, not as "not found"
@@ -72,6 +72,7 @@ RULES = {
     "cache": text(),
     "max_length": optional(integer(1)),
     "batch_size": integer(1),
+    "too_long": one_of("refuse", "skip"),
     "progress": boolean(),
 }
 
@@ -215,39 +216,80 @@ def task_result(task: LoadedTask, scores: list[tuple[float, bool]]) -> dict[str,
     return out
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A task's items as one backbone scores them: those kept, their indices in the task file, each request's
+    ``(context tokens, continuation tokens)`` in order, and the indices of the items left out (``too_long=skip``)."""
+
+    task: LoadedTask
+    indices: list[int]
+    pairs: list[tuple[list[int], list[int]]]
+    skipped: list[int]
+
+
+def prepare(cfg: DictConfig, name: str, tokenizer: TextTokenizer, tasks: list[LoadedTask],
+            max_length: int) -> list[Prepared]:
+    """Every request encoded (``harness.encode_request``); an item with a continuation longer than ``max_length``
+    refused in one sentence (lm-eval stops on it too) or, with ``too_long=skip``, left out and counted."""
+    def encode(text_: str) -> list[int]:
+        return tokenizer.encode_batch([text_])[0]
+
+    prepared, too_long = [], []
+    for task in tasks:
+        kept, indices, pairs, skipped = [], [], [], []
+        for k, item in enumerate(task.items):
+            item_pairs = [encode_request(encode, r, tokenizer.eos_id) for r in item.requests]
+            longest = max(len(cont) for _, cont in item_pairs)
+            if longest > max_length:
+                too_long.append(f"{task.name} item {k + 1}: {longest}")
+                skipped.append(k)
+                continue
+            kept.append(item)
+            indices.append(k)
+            pairs += item_pairs
+        if not kept and cfg.too_long == "skip":
+            raise RequestError(f"every {task.name} item has a continuation longer than the {max_length} tokens "
+                               f"{name} reads: nothing to score")
+        prepared.append(Prepared(LoadedTask(task.file, kept), indices, pairs, skipped))
+    if too_long and cfg.too_long == "refuse":
+        shown = ", ".join(too_long[:3]) + (" ..." if len(too_long) > 3 else "")
+        raise RequestError(f"{len(too_long)} items have a continuation longer than the {max_length} tokens {name} "
+                           f"reads ({shown} tokens) and lm-evaluation-harness stops on them too; pass too_long=skip to "
+                           "leave them out (each task's n and the report say how many)")
+    return prepared
+
+
 def evaluate_backbone(cfg: DictConfig, spec: BackboneSpec, tokenizer: TextTokenizer, tasks: list[LoadedTask],
                       device: torch.device) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Score every task on one backbone: its result (JSON) and every request's log-likelihood."""
     t0 = time.perf_counter()
-    model = load_spec(spec, device, seed=int(cfg.seed))
-    max_length = int(cfg.max_length) if cfg.max_length is not None else int(model.context)
-    if max_length > model.context:
-        raise ConfigError(f"max_length={max_length} is longer than {spec.name}'s context of {model.context} tokens; "
+    context = int(spec.args["context"])
+    max_length = int(cfg.max_length) if cfg.max_length is not None else context
+    if max_length > context:
+        raise ConfigError(f"max_length={max_length} is longer than {spec.name}'s context of {context} tokens; "
                           "expected at most that, or null")
-    requests = [r for task in tasks for item in task.items for r in item.requests]
+    prepared = prepare(cfg, spec.name, tokenizer, tasks, max_length)
+    pairs = [pair for p in prepared for pair in p.pairs]
+    model = load_spec(spec, device, seed=int(cfg.seed))
     bar = None
     if cfg.progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(requests), desc=f"zeroshot {spec.name}", unit="req", leave=False)
-
-    def encode(text_: str) -> list[int]:
-        return tokenizer.encode_batch([text_])[0]
-
+        bar = tqdm(total=len(pairs), desc=f"zeroshot {spec.name}", unit="req", leave=False)
     try:
-        scores = score_requests(model, encode, requests, tokenizer.eos_id, max_length, device, int(cfg.batch_size),
-                                bar.update if bar is not None else None)
+        scores = continuation_log_probs(model, [model_input(c, x, max_length) for c, x in pairs], [x for _, x in pairs],
+                                        device, int(cfg.batch_size), bar.update if bar is not None else None)
     finally:
         if bar is not None:
             bar.close()
     results, logged, at = {}, [], 0
-    for task in tasks:
-        count = sum(len(i.requests) for i in task.items)
-        results[task.name] = task_result(task, scores[at:at + count])
-        for k, item in enumerate(task.items):
+    for p in prepared:
+        count = len(p.pairs)
+        results[p.task.name] = {**task_result(p.task, scores[at:at + count]), "skipped": len(p.skipped)}
+        for k, item in zip(p.indices, p.task.items):
             for c, request in enumerate(item.requests):
                 ll, greedy = scores[at]
-                logged.append({"task": task.name, "item": k, "choice": c, "gold": item.gold,
+                logged.append({"task": p.task.name, "item": k, "choice": c, "gold": item.gold,
                                "context": request.context, "continuation": request.continuation,
                                "loglikelihood": ll, "greedy": greedy})
                 at += 1
@@ -256,11 +298,21 @@ def evaluate_backbone(cfg: DictConfig, spec: BackboneSpec, tokenizer: TextTokeni
               "checkpoint": str(spec.path) if spec.path else spec.kind, "model": shown_args(spec.args),
               "tokenizer": {"path": str(tokenizer.path), "sha256": tokenizer.digest, "eos": tokenizer.eos,
                             "vocab_size": tokenizer.vocab_size},
-              "max_length": max_length, "protocol": "lm-evaluation-harness 0.4.x's zero-shot scoring (eval/zeroshot/harness.py)",
+              "max_length": max_length,
+              "protocol": "lm-evaluation-harness 0.4.x's zero-shot scoring (eval/zeroshot/harness.py)",
               "tasks": results, "mean": sum(headlines) / len(headlines),
               "mean_chance": sum(r["chance"] for r in results.values()) / len(results),
               "seconds": time.perf_counter() - t0, "config": OmegaConf.to_container(cfg, resolve=True)}
     return result, logged
+
+
+def skipped_note(result: dict[str, Any]) -> str | None:
+    """Which tasks lost items to ``too_long=skip``."""
+    lost = [f"{r['title']} {r['skipped']}" for r in result["tasks"].values() if r.get("skipped")]
+    if not lost:
+        return None
+    return (f"Left out (too_long=skip: a continuation longer than {result['max_length']} tokens): "
+            f"{', '.join(lost)} items.")
 
 
 def split_note(results: dict[str, dict]) -> str | None:
@@ -286,7 +338,8 @@ def report_table(result: dict[str, Any]) -> str:
 
 
 def report_text(result: dict[str, Any]) -> str:
-    note = split_note(result["tasks"])
+    notes = [n for n in (split_note(result["tasks"]), skipped_note(result)) if n]
+    note = "\n".join(notes)
     head = (f"Zero-shot, as lm-evaluation-harness 0.4.x scores it, of {result['backbone']} on the {result['dataset']} "
             f"tasks, at most {result['max_length']} tokens per request.")
     return head + "\n\n" + report_table(result) + (f"\n{note}\n" if note else "")
