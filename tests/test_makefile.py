@@ -61,6 +61,12 @@ def test_make_data_imagenet10_passes_its_own_root_and_names_the_subset():
     assert "make data DATA=imagenet10 IMAGENET_ROOT=<ImageNet-1k> [IMAGENET10_ROOT=data/imagenet10]" in out
 
 
+def test_make_data_lm_val_and_make_zeroshot_pass_only_what_is_set():
+    assert dry_run("data", "DATA=lm-val").split() == ["python", "-m", "skipless.data.text.lm_val"]
+    assert _eval_line("zeroshot") == "python -m skipless.eval.zeroshot"
+    assert _eval_line("zeroshot", "DATA=lm-val").split()[3:] == ["dataset=lm-val"]
+
+
 def test_help_lists_the_recipes_and_the_default_choices():
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "dino demo|paper|paper300, mae demo|paper" in out and "data=default: demo" in out
@@ -81,7 +87,7 @@ def test_make_evaluators_pass_only_what_is_set(target):
     assert "ckpt='\\''runs/a random'\\''" in line and "layers=-1" in line and "out='\\''/tmp/o'\\''" in line
 
 
-@pytest.mark.parametrize("target", ["probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne"])
+@pytest.mark.parametrize("target", ["probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne", "zeroshot"])
 def test_paths_with_spaces_quotes_and_commas_reach_the_evaluator_as_typed(target):
     """CKPT='"runs/my run" random' names two backbones; OUT= a folder with a space: through make, the
     shell and the config parser, the evaluator reads what the user typed."""

