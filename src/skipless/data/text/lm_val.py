@@ -13,8 +13,8 @@ ARC is then its **validation** split, where lm-evaluation-harness and the seed's
 (2,376 and 1,172 questions): ``make zeroshot`` says so in every report. The other three are scored on validation
 by lm-eval too.
 
-Reading Arrow needs pyarrow, which the suite does not depend on: without it the command stops in one sentence
-before it downloads or writes anything.
+Reading Arrow needs pyarrow (a dependency of the suite, pyproject.toml): in an environment without it the command
+stops in one sentence before it downloads or writes anything.
 
     python -m skipless.data.text.lm_val [--out data/lm-val] [--cache data/text-cache/downloads]
 """
