@@ -11,7 +11,9 @@ model's attention matrix, ``OrthogonalAttention.matrix``), the theorem states
 ``S = alpha / sqrt(d_v) (Q K^T - K Q^T)`` the N x N skew-symmetric matrix. Read here: ``||S||_2`` of that N x N
 matrix (the proof bounds ``||U^T S U||_2`` by it); the singular values of ``B`` are its min(N, r) = r values. The
 proof needs ``sigma_i(B) <= 1``, which the Frobenius pre-normalisation and the step ``s -> (3 s - s^3) / 2``
-(increasing on [0, 1], fixing 1) guarantee. ``thm_a1_terms`` computes both sides through the suite's own
+(increasing on [0, 1], fixing 1) guarantee. Independently of S, the error is at most 1: ``Y^T Y - I = B Delta^T E
+Delta B^T`` (the proof's Eq. 28, ``E = B^T B - I``, which has no positive eigenvalue) is negative semi-definite and
+``Y^T Y`` is not negative, so Eq. 10 says something only where it is below 1. ``thm_a1_terms`` computes both sides through the suite's own
 ``low_rank_factors`` in float64; ``osa_head_inputs`` reads one head's ``Q``, ``K`` and scale from the suite's
 ``OrthogonalAttention``.
 """
