@@ -10,9 +10,29 @@ from __future__ import annotations
 from typing import Callable
 
 from omegaconf import DictConfig
-from timm.data import Mixup, create_transform
+from PIL import Image, ImageOps
+from timm.data import Mixup, auto_augment, create_transform
 
 from ..data.conventions import IMAGENET_MEAN, IMAGENET_STD
+
+
+def posterize_any_bits(img: Image.Image, bits_to_keep: int, **_) -> Image.Image:
+    """timm's ``posterize`` for every ``bits_to_keep`` its RandAugment draws: keep the top ``bits_to_keep`` bits of
+    each 8-bit value. The recipe's ``rand-m9-mstd0.5-inc1`` draws its magnitude from N(9, 0.5^2) clipped to
+    [0, 10], and at 10 ``PosterizeIncreasing`` asks for 0 bits (4 - 4), an all-black image, which Pillow up to
+    12 made and Pillow 13 refuses (``bits must be between or equal to 1 and 8``, about one image in 40 of those
+    that draw the op: a training run stopped at random). 0 bits is made here as Pillow made it, 8 or more keep
+    the image, 1-7 are Pillow's own."""
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return img.point([0] * 256 * len(img.getbands()))
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+# Every posterize variant of timm's RandAugment / AutoAugment, looked up when a policy is built.
+for _name in ("Posterize", "PosterizeIncreasing", "PosterizeOriginal"):
+    auto_augment.NAME_TO_OP[_name] = posterize_any_bits
 
 
 def train_transform(aug: DictConfig) -> Callable:
