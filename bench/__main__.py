@@ -32,6 +32,9 @@ Sections (each can be chosen with ``--only``):
 - ``osa``: orthogonal self-attention's low-rank path (QR, Newton-Schulz) against the dense N x N
   ``matrix_exp``, time and memory per N; an OSA ViT-S block against a softmax one; Newton-Schulz's
   error against K (``osa_cost.py``).
+- ``lm_init``: the causal language model at initialisation (issue 49): per block the attention's self-weight at
+  positions 2, 16, 128, 2,048 and the token cosine, for the residual and skipless models with the anchor's init
+  and the skipless one with the paper's, both readings of Eq. 11 (``lm_init.py``).
 
 The benchmarks live here, beside ``eval/`` and outside the installed package: they may import both
 ``skipless`` and ``eval``, while nothing under ``src/`` imports either ``eval`` or ``bench``.
@@ -54,6 +57,7 @@ from .conditioning import section_conditioning
 from .end_to_end import section_end_to_end
 from skipless.flops import mfu_note
 from .pretrain_step import device_name, section_init, section_pretrain
+from .lm_init import section_lm_init
 from .loader_throughput import section_loader
 from .mae_step import section_mae
 from .optimizer_step import section_optim
@@ -68,11 +72,11 @@ from .train_step import section_train
 # The FLOP columns of the pretrain and train tables (``flops.py``: a training step's FLOPs, 3 x forward).
 UTILISATION = ("gflop_per_image", "model_tflops_per_s", "mfu")
 SECTIONS = ("pretrain", "train", "mae", "init", "probe", "tokencut", "conditioning", "official", "profile", "optim",
-            "loader", "end_to_end", "compile", "variants", "osa")
+            "loader", "end_to_end", "compile", "variants", "osa", "lm_init")
 # The sections that take only ``quick`` and return (result, the text to print), run last in this order.
 TEXT_SECTIONS = {"mae": section_mae, "tokencut": bench_section, "conditioning": section_conditioning,
                  "profile": section_profile, "end_to_end": section_end_to_end, "compile": section_compile, "optim": section_optim,
-                 "variants": section_variants, "osa": section_osa}
+                 "variants": section_variants, "osa": section_osa, "lm_init": section_lm_init}
 
 
 def main() -> None:

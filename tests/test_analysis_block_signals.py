@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from skipless.analysis.block_signals import (_mean_pairwise_cosine, attention_signals, gradient_norms,
+from skipless.analysis.block_signals import (attention_signals, gradient_norms, mean_pairwise_cosine,
                                              parameter_snapshot, update_ratios)
 from skipless.models import create_vit
 
@@ -154,4 +154,4 @@ def test_a_token_is_zero_relative_to_the_largest_of_its_image_so_cosines_do_not_
     e1 = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
     for tiny, expected in ((1e-13, 1.0), (1e-17, 1 / 3), (0.0, 1 / 3)):
         tokens = torch.stack([e1, e1, tiny * e1])[None] * scale
-        assert _mean_pairwise_cosine(tokens) == pytest.approx(expected, rel=1e-12), tiny
+        assert mean_pairwise_cosine(tokens) == pytest.approx(expected, rel=1e-12), tiny

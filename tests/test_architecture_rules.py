@@ -10,7 +10,8 @@ import skipless.eval as evaluators
 ROOT = Path(__file__).resolve().parents[1]
 EVAL = ROOT / "src" / "skipless" / "eval"  # the evaluators: skipless.eval
 TRAINING = ("skipless.ssl", "skipless.optim", "skipless.training", "skipless.pretrain", "skipless.supervised",
-            "skipless.train", "skipless.finetune", "skipless.tensorboard_page", "lightning")
+            "skipless.train", "skipless.finetune", "skipless.language", "skipless.lm", "skipless.tensorboard_page",
+            "lightning")
 
 
 def _imports(path: Path) -> set[str]:

@@ -694,3 +694,36 @@ def test_pretrain_section_rows_per_batch_and_compile_setting_with_ratios_inside_
     assert by[(64, "true", "adamw")]["soap_over_adamw"] == pytest.approx(0.9 / 0.7)
     assert by[(64, "false", "adamw")]["compiled_over_eager"] is None
     assert by[(64, "false", "soap")]["skipless_over_skip"] is None  # no skipless row was asked for
+
+
+def test_lm_init_bench_runs_quick_and_shows_uniform_skip_attention_identity_like_cutskip_and_the_head_trap():
+    from bench.lm_init import CONFIGS, head_reading_at_alpha_zero, section_lm_init
+    from skipless.errors import ModelArgumentError
+    from skipless.models import create_causal_lm
+    from skipless.models.init import query_key_matrices
+
+    r, text = section_lm_init(True)  # lm_demo: 4 blocks of 4 heads, windows of 128 x 4 and 256 x 2
+    assert r["arch"] == "lm_demo" and r["windows"] == [[128, 4], [256, 2]]
+    rows = {c["name"]: c for c in r["configs"]}
+    assert list(rows) == [name for name, _, _ in CONFIGS]
+    for c in r["configs"]:
+        assert c["depth"] == 4 and [w["length"] for w in c["windows"]] == [128, 256]
+        for w in c["windows"]:
+            assert len(w["blocks"]) == 4 and w["forward_s"] > 0
+            assert list(w["blocks"][0]["self_weight"]) == (["2", "16", "128"] if w["length"] == 128
+                                                            else ["2", "16", "128", "256"])
+            assert all(-1 <= b["token_cosine"] <= 1 for b in w["blocks"])
+    assert rows["cutskip head a=0*"]["distinct_heads"] == [1] * 4  # the trap: one attention map per layer
+    assert all(rows[n]["distinct_heads"] == [4] * 4 for n in rows if n != "cutskip head a=0*")
+    last = {n: c["windows"][1]["blocks"] for n, c in rows.items()}
+    for name in ("skip fla", "skipless fla"):  # diffuse logits: the last of 256 tokens puts about 1/256 on itself
+        assert all(abs(b["self_weight"]["256"] * 256 - 1) < 0.5 for b in last[name])
+    assert all(b["self_weight"]["256"] * 256 > 10 for b in last["cutskip layer a=0"])  # beta I: diagonal dominance
+    assert "token cosine after each block" in text and "| cutskip head a=0* | 256 |" in text
+    with pytest.raises(ModelArgumentError, match="qk=head with alpha=0"):  # the bypass stays inside the bench
+        create_causal_lm("lm_demo", residual="skipless", init="cutskip", init_args={"qk": "head", "alpha": 0.0})
+    with head_reading_at_alpha_zero():  # inside, only that one refusal goes
+        wq, wk = query_key_matrices(8, 2, 0.0, 0.5, torch.Generator(), "head")
+        assert torch.equal(wq[:, :4], wq[:, 4:]) and torch.equal(wq, wk)
+        with pytest.raises(ModelArgumentError, match="not a reading"):
+            query_key_matrices(8, 2, 0.0, 0.5, torch.Generator(), "diagonal")

@@ -220,12 +220,15 @@ def test_ssl_groups_set_the_method_its_own_section_and_recipe_values_only():
 
 # The recipes written for each method: each states (with its ssl/ file) every recipe value.
 METHOD_RECIPES = {"dino": ["demo", "paper", "paper300"], "mae": ["demo", "paper"],
-                  "supervised": ["demo", "paper", "osa-mnist"], "finetune": ["demo", "paper"]}
+                  "supervised": ["demo", "paper", "osa-mnist"], "finetune": ["demo", "paper"], "lm": ["demo", "paper"]}
 SUPERVISED_ENTRIES = ("supervised", "finetune")  # make train's recipes, and make finetune's on train.yaml
+# The methods whose recipes belong to an entry point of their own, not to pretrain.yaml: make train's and make
+# finetune's (above), and make lm's on lm.yaml (tests/test_lm_config.py checks its groups).
+ENTRY_RECIPES = (*SUPERVISED_ENTRIES, "lm")
 
 
 @pytest.mark.parametrize("ssl, recipe", [(m, r) for m, rs in METHOD_RECIPES.items() for r in rs
-                                         if m not in SUPERVISED_ENTRIES])
+                                         if m not in ENTRY_RECIPES])
 def test_every_method_states_every_recipe_value_for_each_of_its_recipes(ssl, recipe):
     cfg = load_config("pretrain", [f"ssl={ssl}", f"recipe={recipe}", "data=imagenet", "optim=soap"])
     assert not OmegaConf.missing_keys(cfg)
@@ -266,7 +269,11 @@ def test_a_recipe_is_a_method_times_a_scale(scale):
 
 def entry_keys_of(method: str) -> dict:
     """The keys a recipe of ``method`` may set, with their defaults: pretrain.yaml's and the methods' sections,
-    train.yaml's, or train.yaml's with finetune.yaml's over them."""
+    train.yaml's, train.yaml's with finetune.yaml's over them, or lm.yaml's."""
+    if method == "lm":
+        own = OmegaConf.load(CONFIG_DIR / "lm.yaml")
+        own.pop("defaults")
+        return flat(own)
     if method not in SUPERVISED_ENTRIES:
         return pretrain_keys()
     keys = flat(OmegaConf.load(CONFIG_DIR / "train.yaml"))
@@ -299,14 +306,16 @@ def test_no_group_file_restates_a_value_of_pretrain_yaml():
             keys = flat(OmegaConf.load(path))
             # a recipe is compared with the defaults of its own method (another method's values are not its)
             method = path.stem.split("-")[0] if group == "recipe" else None
-            against = (base if method is None else entry_keys_of(method) if method in SUPERVISED_ENTRIES
+            against = (base if method is None else entry_keys_of(method) if method in ENTRY_RECIPES
                        else {**shared, **flat(OmegaConf.load(CONFIG_DIR / "ssl" / f"{method}.yaml"))})
             restated = {k: v for k, v in keys.items() if k in against and against[k] == v}
             assert not restated, f"{group}/{path.name} restates {restated}"
     for key in ("model.init_args.alpha", "model.alpha_min", "model.lr.adamw", "model.lr.soap",
                 "model.drop_path_rate", "model.init"):
+        # the entry points with a base of their own state their lr there and their demo recipes change it
+        # (supervised-demo's lr_scale, lm-demo's model.lr: the LM's lr is not scaled with the batch)
         setters = [p.name for g in ("model", "recipe") for p in (CONFIG_DIR / g).glob("*.yaml")
-                   if key in flat(OmegaConf.load(p)) and not p.stem.startswith(("supervised-", "finetune-"))]
+                   if key in flat(OmegaConf.load(p)) and not p.stem.startswith(("supervised-", "finetune-", "lm-"))]
         # cutskip, osa's own init, and the MAE recipes' (He et al.'s initialize_weights)
         init_setters = ["mae-demo.yaml", "mae-paper.yaml", "osa.yaml", "skipless-centered.yaml", "skipless.yaml"]
         assert sorted(setters) == (init_setters if key == "model.init" else []), (key, setters)

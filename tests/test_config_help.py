@@ -15,7 +15,7 @@ from skipless.config import CONFIG_DIR, load_config
 ENTRY_POINTS = {
     **{f"skipless.eval.{name}.__main__": name
        for name in ("knn", "linear", "pca", "probe", "tokencut", "tsne", "conditioning")},
-    "skipless.pretrain": "pretrain", "skipless.train": "train", "skipless.finetune": "finetune",
+    "skipless.pretrain": "pretrain", "skipless.train": "train", "skipless.finetune": "finetune", "skipless.lm": "lm",
     "paper.__main__": "paper",
 }
 

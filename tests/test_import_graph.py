@@ -21,8 +21,8 @@
     training loop (``training``) share a layer, so neither imports the other.
 
 The order of ``LAYERS`` is the one the code has. ``training/`` imports no method and reads none of a
-method's keys (issue 28): the methods, self-supervised (``ssl``: DINO, MAE) and supervised, form one
-layer above it, and neither imports the other.
+method's keys (issue 28): the methods, self-supervised (``ssl``: DINO, MAE), supervised and the language model
+(``language``), form one layer above it, and none imports another.
 """
 from __future__ import annotations
 
@@ -47,8 +47,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training", "eval"),                           # trainer, callbacks, loaders, run folders, the divergence
                                                     # guard: no method; the frozen-feature evaluators
                                                     # (neither imports the other)
-    ("ssl", "supervised"),                          # the methods: ssl/<name>/ (DINO, MAE), the classifier
-    ("pretrain", "train", "tensorboard_page"),      # the entry points
+    ("ssl", "supervised", "language"),              # the methods: ssl/<name>/ (DINO, MAE), the classifier, the
+                                                    # language model (none imports another)
+    ("pretrain", "train", "lm", "tensorboard_page"),  # the entry points
     ("finetune", "flops"),                          # make train's run, from a checkpoint's backbone; a training
                                                     # step's FLOPs, counted on every method's module (bench, paper)
 )

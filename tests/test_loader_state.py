@@ -13,6 +13,7 @@ from torch.utils.data import Dataset, DistributedSampler, RandomSampler
 from skipless.training import loader_state
 from skipless.training.loader_state import EpochOrder, LoaderPosition, ResumableLoader, Resume, Streams
 from skipless.training.micro_batches import MicroBatches
+from tiny_runs import epoch
 
 
 class Draws(Dataset):
@@ -23,15 +24,6 @@ class Draws(Dataset):
 
     def __getitem__(self, index: int) -> torch.Tensor:
         return torch.tensor([index, float(torch.rand(())), np.random.rand(), random.random()], dtype=torch.float64)
-
-
-def epoch(loader, stop: int | None = None) -> list[torch.Tensor]:
-    batches = []
-    for batch in loader:
-        batches.append(batch)
-        if stop is not None and len(batches) == stop:
-            break
-    return batches
 
 
 def test_one_process_order_is_random_samplers_and_several_processes_distributed_samplers(monkeypatch):

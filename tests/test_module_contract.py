@@ -1,7 +1,7 @@
 """The training modules' contract and the start of every optimizer step, written once
-(``training/module_contract.py``): DINO, MAE and the supervised classifier each satisfy ``TrainedModule``;
-schedules read at the optimizer step (their last value past the end), lr on every group and weight decay
-on the weights only, gradients zeroed, and every module begins its step there."""
+(``training/module_contract.py``): DINO, MAE, the supervised classifier and the language model each satisfy
+``TrainedModule``; schedules read at the optimizer step (their last value past the end), lr on every group and
+weight decay on the weights only, gradients zeroed, and every module begins its step there."""
 import ast
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,10 +46,10 @@ def test_every_training_module_begins_its_step_there_and_nowhere_writes_it_again
             text = path.read_text()
             assert "set_step_values(" not in text and "len(self.schedules" not in text, path
     assert starts == {"ssl/dino/module.py": "start_step(self)", "ssl/mae/module.py": "start_step(self)",
-                      "supervised/classifier.py": "start_step(self)"}
+                      "supervised/classifier.py": "start_step(self)", "language/module.py": "start_step(self)"}
 
 
-def test_dino_mae_and_the_classifier_each_satisfy_the_contract(tmp_path):
+def test_dino_mae_the_classifier_and_the_language_model_each_satisfy_the_contract(tmp_path):
     from functools import partial
 
     from test_mae_run import TINY as MAE_TINY
@@ -66,6 +66,10 @@ def test_dino_mae_and_the_classifier_each_satisfy_the_contract(tmp_path):
         cfg = load_config("pretrain", [*overrides, f"run.root={tmp_path}"])
         modules.append(method_of(cfg).module(cfg, partial(backbone_factory, cfg)))
     modules.append(Supervised(load_config("train", [*SUP_TINY, f"run.root={tmp_path}"]), num_classes=3))
+    from skipless.language.module import LanguageModel
+
+    lm = load_config("lm", ["model.embed_dim=32", "model.num_heads=2", "model.depth=1", f"run.root={tmp_path}"])
+    modules.append(LanguageModel(lm, vocab_size=64))
     for module in modules:
         assert isinstance(module, TrainedModule), type(module).__name__
         assert isinstance(module.exported_backbone(), nn.Module) and isinstance(module.trained_backbone(), nn.Module)

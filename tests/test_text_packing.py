@@ -18,6 +18,7 @@ from skipless.data.text.windows import PackedWindows
 from skipless.training import loader_state
 from skipless.training.loader_state import ResumableLoader, Resume, Streams
 from text_fixtures import write_c4
+from tiny_runs import epoch
 
 DOCS = [f"Chapter {i}. " + " ".join(f"the {w}{i % 7} went {'up' if i % 2 else 'down'} to {j}" for j, w in
                                      enumerate(["river", "king", "seed", "bird"][: 1 + i % 4])) for i in range(30)]
@@ -84,15 +85,6 @@ def test_windows_are_context_plus_one_tokens_with_targets_shifted_by_one(stream)
         assert torch.equal(targets, tokens[i * CONTEXT + 1:(i + 1) * CONTEXT + 1])
     with pytest.raises(IndexError):
         windows[len(windows)]
-
-
-def epoch(loader, stop=None):
-    steps = []
-    for batch in loader:
-        steps.append(batch)
-        if stop is not None and len(steps) == stop:
-            break
-    return steps
 
 
 def test_an_epoch_of_the_training_loader_covers_every_input_position_once(stream):

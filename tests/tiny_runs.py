@@ -59,3 +59,13 @@ def assert_steps_of_two_float_micro_batches(seen: StepsSeen, shapes: list[tuple[
     for crops in (part for step in seen.batches for part in step):
         assert [tuple(c.shape) for c in crops] == shapes
         assert all(c.dtype == torch.float32 for c in crops)
+
+
+def epoch(loader, stop: int | None = None) -> list:
+    """The batches of one pass over ``loader``, or of its first ``stop`` steps (the loader-position tests)."""
+    batches = []
+    for batch in loader:
+        batches.append(batch)
+        if stop is not None and len(batches) == stop:
+            break
+    return batches

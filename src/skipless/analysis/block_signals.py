@@ -24,7 +24,7 @@ from ..models.features import extract_features
 from .condition_number import zero_threshold
 from .eval_mode import measuring
 
-__all__ = ["attention_signals", "gradient_norms", "parameter_snapshot", "update_ratios"]
+__all__ = ["attention_signals", "gradient_norms", "mean_pairwise_cosine", "parameter_snapshot", "update_ratios"]
 
 
 def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[str, float]]:
@@ -54,14 +54,14 @@ def attention_signals(model: nn.Module, images: torch.Tensor) -> dict[int, dict[
         n = a.shape[-1]
         diagonal = torch.diagonal(a, dim1=-2, dim2=-1).mean()
         patches = feats[("out", i)][:, prefix:].double()
-        result[i] = {"attention_diagonal": float(diagonal), "token_cosine": _mean_pairwise_cosine(patches),
+        result[i] = {"attention_diagonal": float(diagonal), "token_cosine": mean_pairwise_cosine(patches),
                      "token_norm": float(torch.linalg.vector_norm(patches, dim=-1).mean()), "tokens": n}
         if bool((a >= 0).all()) and torch.allclose(a.sum(-1), torch.ones((), dtype=a.dtype), atol=1e-4):
             result[i]["attention_entropy"] = float(-torch.special.xlogy(a, a).sum(-1).mean())
     return result
 
 
-def _mean_pairwise_cosine(tokens: torch.Tensor) -> float:
+def mean_pairwise_cosine(tokens: torch.Tensor) -> float:
     """Mean cosine over pairs i != j of the (B, m, C) tokens, averaged over the batch; numerically zero
     tokens (see ``attention_signals``) are zero vectors here."""
     norms = torch.linalg.vector_norm(tokens, dim=-1, keepdim=True)

@@ -11,7 +11,10 @@
    ``ssl=mae`` reads ``recipe/mae-demo.yaml``; ``per: <name>`` that is no group (``per: supervised``)
    names the one method of the entry point. So a recipe is a method x a scale, and ``RECIPE=demo`` or
    ``RECIPE=paper`` means the chosen method's; another method's recipe is never read. ``choices`` records
-   the scale (``recipe: demo``; the method is ``ssl``'s).
+   the scale (``recipe: demo``; the method is ``ssl``'s). A table row ``folder: <name>`` reads the group's
+   files from ``configs/<name>/`` instead of ``configs/<group>/``: ``make lm``'s ``data`` group is its text
+   (``folder: text``: ``data=c4`` reads ``text/c4.yaml``), so the key stays ``data=`` as at every entry point
+   while the image datasets of ``configs/data/`` are never its choices.
 2. Each chosen group file ``configs/<group>/<choice>.yaml`` is merged over the defaults, in the order
    of the ``defaults:`` mapping. Group files hold full paths (``model: {residual: skipless}``); by
    rule a group sets only its own section, except a recipe, which names a run's scale across sections.
@@ -122,11 +125,12 @@ def load_config(entry: str, overrides: Iterable[str] = (), config_dir: Path | st
     cfg, chosen = base, {}
     for group in groups:
         choice = choices[group] if group in choices else _default_choice(group, defaults[group], chosen)
-        owner = _owner_of(defaults[group], chosen)
-        stem = choice if owner is None else _owned_choice(group, choice, owner, config_dir)
-        path = config_dir / group / f"{stem}.yaml"
+        owner, folder = _owner_of(defaults[group], chosen), _folder_of(group, defaults[group])
+        stem = choice if owner is None else _owned_choice(folder, choice, owner, config_dir)
+        path = config_dir / folder / f"{stem}.yaml"
         if not path.is_file():
-            raise ConfigError(f"unknown {group} {choice!r}; expected one of: {', '.join(available(group, config_dir))}")
+            known = ", ".join(available(folder, config_dir))
+            raise ConfigError(f"unknown {group} {choice!r}; expected one of: {known}")
         cfg = OmegaConf.merge(cfg, OmegaConf.load(path))
         chosen[group] = stem if owner is None else stem[len(owner) + 1:]  # a method's recipe: its scale
     if any(item in HELP for item in overrides):
@@ -171,8 +175,8 @@ def config_help(entry: str, config_dir: Path, cfg: DictConfig, defaults, chosen:
     if chosen:
         lines.append(f"groups ({config_dir}/<group>/<choice>.yaml):")
     for group, choice in chosen.items():
-        owner = _owner_of(defaults[group], chosen)
-        names = available(group, config_dir) if owner is None else owned_choices(group, owner, config_dir)
+        owner, folder = _owner_of(defaults[group], chosen), _folder_of(group, defaults[group])
+        names = available(folder, config_dir) if owner is None else owned_choices(folder, owner, config_dir)
         lines.append(f"  {group}={choice}  (choices: {', '.join(names)})")
     dumper = type("HelpDumper", (yaml.SafeDumper,), {})  # the YAML the files write: sections as blocks, lists inline
     dumper.add_representer(list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
@@ -209,6 +213,14 @@ def _owner_of(default, chosen: dict[str, str]) -> str | None:
     return chosen.get(per, per)
 
 
+def _folder_of(group: str, default) -> str:
+    """The folder of a group's files under ``configs/``: the ``folder:`` row of its default's table, else the
+    group's own name."""
+    if isinstance(default, DictConfig) and "folder" in default:
+        return str(default["folder"])
+    return group
+
+
 def owned_choices(group: str, owner: str, config_dir: Path | str = CONFIG_DIR) -> list[str]:
     """The choices of a group owned per method that belong to ``owner``: ``recipe/mae-*.yaml`` -> the
     scales ``demo``, ``paper``."""
@@ -227,11 +239,11 @@ def _owned_choice(group: str, choice: str, owner: str, config_dir: Path) -> str:
 
 def _default_choice(group: str, default, chosen: dict[str, str]) -> str:
     """A group's default: a name, or a table ``{"<earlier group>=<choice>[,<group>=<choice> ...]": name,
-    otherwise: name}`` whose first row whose every term holds wins (a ``per`` row is ``_scope_of``'s)."""
+    otherwise: name}`` whose first row whose every term holds wins (``per`` and ``folder`` rows are no conditions)."""
     if not isinstance(default, DictConfig):
         return str(default)
     for condition, choice in default.items():
-        if condition == "per":
+        if condition in ("per", "folder"):
             continue
         if condition == "otherwise":
             return str(choice)

@@ -21,14 +21,28 @@ from ..devices.world import accumulation_steps, devices_of, global_batch, traini
 
 
 def peak_lr(cfg: Mapping, world: int | None = None) -> float:
-    """The lr at the end of the warm-up: ``optim.lr * optim.lr_scale * global_batch / 256``.
+    """The lr at the end of the warm-up: ``optim.lr * optim.lr_scale * global_batch / 256``, or ``optim.lr`` itself
+    for a config without ``optim.lr_scale`` (the language model's, whose lr is stated as it trains, as its anchor
+    flame states it per run: ``lr_rule``).
 
     ``world`` is the number of processes (the trainer's world size once it runs); by default the
     config's devices x nodes (``world.world_size``, which resolves ``train.devices=auto``). The global
     batch counts the accumulated micro-batches (``world.global_batch``): ``train.global_batch`` when set.
     """
     o = cfg["optim"]
+    if o.get("lr_scale") is None:
+        return float(o["lr"])
     return float(o["lr"]) * float(o["lr_scale"]) * global_batch(cfg, world) / 256.0
+
+
+def lr_rule(cfg: Mapping) -> str:
+    """How the peak lr comes from the keys: ``model.lr.adamw=0.0005 x optim.lr_scale 4.8 x global batch / 256``,
+    or ``model.lr.adamw=0.0003, not scaled with the batch`` (``peak_lr``)."""
+    o = cfg["optim"]
+    head = f"{lr_key(cfg)}={float(o['lr']):g}"
+    if o.get("lr_scale") is None:
+        return f"{head}, not scaled with the batch"
+    return f"{head} x optim.lr_scale {float(o['lr_scale']):g} x global batch / 256"
 
 
 def module_peak_lr(module: Any) -> float:

@@ -117,7 +117,8 @@ class ExportBackbone:
         if not trainer.is_global_zero:
             return []
         epoch = trainer.current_epoch + 1
-        extra = {"epoch": epoch, "step": trainer.global_step}
+        # and what the module records beside the weights (the language model: its tokenizer)
+        extra = {"epoch": epoch, "step": trainer.global_step, **getattr(pl_module, "backbone_extra", dict)()}
         backbone = pl_module.exported_backbone()
         names = ["backbone.pt"] + ([f"backbone-epoch{epoch}.pt"] if epoch in self.epochs else [])
         staged: list[tuple[Path, Path]] = []

@@ -1,8 +1,8 @@
 """What a finished training found, in the lines printed just before its ``done:`` line, each on its own:
 the k-NN of the exported backbone against a random init of the same architecture (``KNNMonitor``), MAE's
 loss against the loss of predicting each masked patch as its own mean colour (``train/mean_patch_loss``,
-``ssl/mae/autoencoder.py``), a supervised run's last validation (``last_val``). Read from what the run already
-measured; nothing is computed again."""
+``ssl/mae/autoencoder.py``), a supervised run's or a language model's last validation (``last_val``). Read from
+what the run already measured; nothing is computed again."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -32,8 +32,14 @@ def floor_line(loss: float | None, floor: float | None) -> str | None:
 
 
 def val_line(last_val: Mapping[str, Any] | None) -> str | None:
+    """A classifier's last top-1 / top-5, or a language model's last validation loss against its first."""
     if not last_val:
         return None
+    if "perplexity" in last_val:
+        first = last_val.get("first") or last_val
+        return (f"validation at step {last_val['step']}: loss {last_val['loss']:.4f}, perplexity "
+                f"{last_val['perplexity']:.1f} (at step {first['step']}: loss {first['loss']:.4f}, perplexity "
+                f"{first['perplexity']:.1f})")
     return f"validation at epoch {last_val['epoch']}: top-1 {last_val['top1']:.2f}%, top-5 {last_val['top5']:.2f}%"
 
 

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig
 
 from ..errors import SkiplessError
-from ..reports.summary import lr_key, module_peak_lr
+from ..reports.summary import lr_key, lr_rule, module_peak_lr
 
 
 class DivergenceError(SkiplessError, RuntimeError):
@@ -101,5 +101,5 @@ def divergence_message(cfg: DictConfig, step: int, what: str, peak: float, run_d
         kept = "no checkpoint exists yet (one is written at each epoch end)"
     args = [f"{key}={lower}"] + ([f"run.name={run_dir.name}-lr{lower}"] if run_dir is not None else [])
     return (f"training diverged at step {step} ({what}) for model {m.name} (residual {m.residual}, init {m.init}) "
-            f"with {o.name} at peak lr {peak:.3g} ({key}={float(o.lr):g} x optim.lr_scale {float(o.lr_scale):g} "
-            f"x global batch / 256); {kept}; lower {key} to a third and start anew, adding to ARGS: {' '.join(args)}")
+            f"with {o.name} at peak lr {peak:.3g} ({lr_rule(cfg)}); {kept}; lower {key} to a third and start anew, "
+            f"adding to ARGS: {' '.join(args)}")

@@ -57,6 +57,7 @@ RESUMABLE = (
     "train.log_every_n_steps", "train.knn_every_n_epochs", "train.knn_k", "train.keep_checkpoints",
     "train.export_epochs", "train.max_steps", "train.limit_train_batches",
     "train.val_every_n_epochs", "train.limit_val_batches",  # supervised runs: how often and how much to validate
+    "train.val_every_n_steps", "data.cache",  # the language model: how often to validate, where its built data lie
     "train.compile", "optim.implementation", "model.grad_checkpointing",  # how the same computation runs
     # what the diagnostics callbacks measure and how often: they observe the run and never change it
     "diagnostics.every_n_epochs", "diagnostics.signals_every_n_steps", "diagnostics.layers", "diagnostics.images",

