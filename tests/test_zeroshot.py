@@ -221,12 +221,20 @@ def test_the_newest_run_must_be_a_language_model(tmp_path):
 
 def test_a_missing_tokenizer_and_one_of_another_vocabulary_are_refused(tmp_path):
     run = _copy_run(tmp_path, tokenizer=False)
-    with pytest.raises(ZeroshotError, match="no tokenizer for lm: no tokenizer.json beside .* pass tokenizer="):
+    with pytest.raises(ZeroshotError, match="no tokenizer for lm: no tokenizer.json or tokenizer/tokenizer.json beside .* pass tokenizer="):
         run_zeroshot(_cfg(tmp_path, f"ckpt={run}"))
     other = train_bpe(iter(["a small text about nothing at all"] * 3), tmp_path / "other.json", 280)
     with pytest.raises(ZeroshotError, match=r"has a vocabulary of 300 tokens and the tokenizer .* one of \d+"):
         run_zeroshot(_cfg(tmp_path, f"ckpt={run}", f"tokenizer={other}"))
     assert _nothing_written(tmp_path)
+
+
+def test_make_lms_copy_of_the_tokenizer_in_the_run_folder_is_found(tmp_path):
+    run = _copy_run(tmp_path, tokenizer=False)
+    (run / "tokenizer").mkdir()
+    shutil.copy(PARITY / "tokenizer.json", run / "tokenizer" / "tokenizer.json")
+    result = run_zeroshot(_cfg(tmp_path, f"ckpt={run}", "tasks=[piqa]", "limit=1", "random_floor=false"))["lm"]
+    assert result["tokenizer"]["path"] == str(run / "tokenizer" / "tokenizer.json")
 
 
 def test_the_tokenizer_a_backbone_records_is_used_when_its_hash_matches(tmp_path):
