@@ -342,3 +342,23 @@ def test_an_item_longer_than_the_context_is_refused_or_with_too_long_skip_left_o
         (run / "eval" / "zeroshot-demo.md").read_text()
     logged = [json.loads(line) for line in (run / "eval" / "zeroshot-demo-requests.jsonl").open()]
     assert [r["item"] for r in logged] == [0, 0, 2, 2]  # the file's own item numbers
+
+
+def test_the_newest_run_of_make_lm_is_found_by_its_arch_and_image_evaluators_pass_it_over(tmp_path):
+    """make lm's config.yaml names an LM preset in model.arch and no model.family: the language-model run is the
+    default of make zeroshot, and the newest *image* run stays the default of the image evaluators."""
+    import os
+
+    from skipless.models.backbone_items import newest_run, run_family
+
+    vit = tmp_path / "runs" / "vit"
+    vit.mkdir(parents=True)
+    save_backbone(vit / "backbone.pt", create_vit("vit_tiny", depth=1, img_size=32, residual="skip"))
+    (vit / "config.yaml").write_text("model:\n  arch: vit_tiny\n")
+    run = _copy_run(tmp_path)
+    (run / "config.yaml").write_text("model:\n  arch: lm_demo\n  residual: skip\n")
+    os.utime(vit / "backbone.pt", (1, 1))  # the LM is the newest run
+    assert (run_family(run), run_family(vit)) == ("lm", "vit")
+    assert newest_run(tmp_path / "runs") == vit and newest_run(tmp_path / "runs", families=("lm",)) == run
+    result = run_zeroshot(_cfg(tmp_path, "tasks=[piqa]", "limit=1", "random_floor=false"))
+    assert list(result) == ["lm"]
