@@ -10,11 +10,24 @@ def test_make_paper_exp_theory_writes_every_section_with_its_verdicts(tmp_path, 
     monkeypatch.setattr(theory, "MOMENT_DRAWS", 400)
     monkeypatch.setitem(theory.SECTIONS, "Fig. 6", lambda folder: theory.fig6(
         folder, lambda count, size: torch.randn(count, 3, size, size), count=2, size=32))
+    monkeypatch.setitem(theory.SECTIONS, "Lemma 1", lambda folder: theory.lemma1(2))
+    monkeypatch.setitem(theory.SECTIONS, "MLP, Eq. 6", lambda folder: theory.eq6_seed003(4, 1))
+    monkeypatch.setitem(theory.SECTIONS, "App. B, Eq. 24", lambda folder: theory.eq24(3, 1))
+    monkeypatch.setitem(theory.SECTIONS, "Thm A.1", lambda folder: theory.thm_a1(1))
     assert main(["exp=theory", f"root={tmp_path}"]) == 0
     folder = tmp_path / "theory"
     report = (folder / "report.md").read_text()
-    for section in ("## Fig. 5", "## Eqs. 14-20", "## Fig. 6", "## Props. 4.1-4.2", "## Thm 2.2", "## Eq. 6, App. A.4.4"):
+    for section in ("## Fig. 5", "## Eqs. 14-20", "## Fig. 6", "## Props. 4.1-4.2", "## Thm 2.2", "## Eq. 6, App. A.4.4",
+                    "## Lemma 1 (seed 000", "## MLP, Eq. 6 (seed 003", "## App. B, Eq. 24 (seed 003",
+                    "## Thm A.1 (seed 004"):
         assert section in report
+    assert set(theory.SOURCES) == set(theory.SECTIONS)
+    # Lemma 1: in alpha at beta 0 yes, at beta > 0 no; Eq. 24's counterexample fails; Thm A.1 holds at every K
+    assert "| alpha -> 0 at beta 0 | the derivative / alpha stays bounded |" in report
+    assert "| alpha = 0 at beta > 0 | the derivative is 0 |" in report and "does not vanish with alpha |" in report
+    assert "| eq24_counterexample: kernels [-a, 1, a], [a, 1, -a] | 2 | 6 x 6 | 1 | 0 of 1 | inf |" in report
+    thm = report.split("## Thm A.1")[1]
+    assert thm.count(" of 4 |") == 2 * len(theory.THM_A1_STEPS) and thm.count("| 4 of 4 |") == thm.count(" of 4 |")
     assert (folder / "fig5-softmax.png").stat().st_size > 10_000 and (folder / "thm22-spectra.png").is_file()
     # Eq. 17 as printed fails, Eq. 14 holds; OSA keeps full rank, softmax ends at rank 1
     assert "| 0.1, 5 | b_off | 0, 1 | 0, 64 |" in report and "| 0.1, 5 | a_diag | 64, 128 | 64, 128 |" in report

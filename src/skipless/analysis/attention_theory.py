@@ -31,8 +31,14 @@ def kappa(m: torch.Tensor) -> float:
 def prop41_terms(n: int, d: int, generator: torch.Generator) -> dict[str, float]:
     """One draw of seed 003's Prop. 4.1 with X (n x d) and W_Q, W_K, W_V (d x d) i.i.d. N(0, 1): the left side,
     ``kappa(X)^3``, ``C`` and the right side ``C kappa(X)^3``."""
-    x, wq, wk, wv = (torch.randn(*shape, generator=generator, dtype=torch.float64)
-                     for shape in ((n, d), (d, d), (d, d), (d, d)))
+    return prop41_on(torch.randn(n, d, generator=generator, dtype=torch.float64), generator)
+
+
+def prop41_on(x: torch.Tensor, generator: torch.Generator) -> dict[str, float]:
+    """``prop41_terms`` on given tokens ``x`` (n x d), the weights drawn i.i.d. N(0, 1) from ``generator``."""
+    x = x.double()
+    d = x.shape[1]
+    wq, wk, wv = (torch.randn(d, d, generator=generator, dtype=torch.float64) for _ in range(3))
     left = kappa(x @ wq @ wk.T @ x.T @ x @ wv)
     c = kappa(wq) * kappa(wk) * kappa(wv)
     return {"left": left, "kappa_x_cubed": kappa(x) ** 3, "C": c, "right": c * kappa(x) ** 3}
