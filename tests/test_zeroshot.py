@@ -221,12 +221,20 @@ def test_the_newest_run_must_be_a_language_model(tmp_path):
 
 def test_a_missing_tokenizer_and_one_of_another_vocabulary_are_refused(tmp_path):
     run = _copy_run(tmp_path, tokenizer=False)
-    with pytest.raises(ZeroshotError, match="no tokenizer for lm: no tokenizer.json beside .* pass tokenizer="):
+    with pytest.raises(ZeroshotError, match="no tokenizer for lm: no tokenizer.json or tokenizer/tokenizer.json beside .* pass tokenizer="):
         run_zeroshot(_cfg(tmp_path, f"ckpt={run}"))
     other = train_bpe(iter(["a small text about nothing at all"] * 3), tmp_path / "other.json", 280)
     with pytest.raises(ZeroshotError, match=r"has a vocabulary of 300 tokens and the tokenizer .* one of \d+"):
         run_zeroshot(_cfg(tmp_path, f"ckpt={run}", f"tokenizer={other}"))
     assert _nothing_written(tmp_path)
+
+
+def test_make_lms_copy_of_the_tokenizer_in_the_run_folder_is_found(tmp_path):
+    run = _copy_run(tmp_path, tokenizer=False)
+    (run / "tokenizer").mkdir()
+    shutil.copy(PARITY / "tokenizer.json", run / "tokenizer" / "tokenizer.json")
+    result = run_zeroshot(_cfg(tmp_path, f"ckpt={run}", "tasks=[piqa]", "limit=1", "random_floor=false"))["lm"]
+    assert result["tokenizer"]["path"] == str(run / "tokenizer" / "tokenizer.json")
 
 
 def test_the_tokenizer_a_backbone_records_is_used_when_its_hash_matches(tmp_path):
@@ -334,3 +342,23 @@ def test_an_item_longer_than_the_context_is_refused_or_with_too_long_skip_left_o
         (run / "eval" / "zeroshot-demo.md").read_text()
     logged = [json.loads(line) for line in (run / "eval" / "zeroshot-demo-requests.jsonl").open()]
     assert [r["item"] for r in logged] == [0, 0, 2, 2]  # the file's own item numbers
+
+
+def test_the_newest_run_of_make_lm_is_found_by_its_arch_and_image_evaluators_pass_it_over(tmp_path):
+    """make lm's config.yaml names an LM preset in model.arch and no model.family: the language-model run is the
+    default of make zeroshot, and the newest *image* run stays the default of the image evaluators."""
+    import os
+
+    from skipless.models.backbone_items import newest_run, run_family
+
+    vit = tmp_path / "runs" / "vit"
+    vit.mkdir(parents=True)
+    save_backbone(vit / "backbone.pt", create_vit("vit_tiny", depth=1, img_size=32, residual="skip"))
+    (vit / "config.yaml").write_text("model:\n  arch: vit_tiny\n")
+    run = _copy_run(tmp_path)
+    (run / "config.yaml").write_text("model:\n  arch: lm_demo\n  residual: skip\n")
+    os.utime(vit / "backbone.pt", (1, 1))  # the LM is the newest run
+    assert (run_family(run), run_family(vit)) == ("lm", "vit")
+    assert newest_run(tmp_path / "runs") == vit and newest_run(tmp_path / "runs", families=("lm",)) == run
+    result = run_zeroshot(_cfg(tmp_path, "tasks=[piqa]", "limit=1", "random_floor=false"))
+    assert list(result) == ["lm"]

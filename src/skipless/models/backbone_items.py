@@ -45,7 +45,7 @@ import torch
 
 from ..errors import SkiplessError
 from ..devices.world import isolated_rng
-from .causal_lm import LM_FAMILY, causal_lm_from_args
+from .causal_lm import LM_ARCHS, LM_FAMILY, causal_lm_from_args
 from .checkpoint import ArchRequiredError, BackboneLoadError, load_backbone, read_backbone_args
 from .compile import compile_blocks
 from .timm_family import backbone_from_args, family_of, model_name
@@ -107,13 +107,24 @@ def run_config_value(run: Path, key: str) -> Any:
     return OmegaConf.select(OmegaConf.load(path), key) if path.is_file() else None
 
 
+def run_family(run: Path) -> str:
+    """The model family of a run, from its saved ``config.yaml``: ``model.family`` when it says one (``timm``), ``lm``
+    for a language model (``make lm``'s config names an ``LM_ARCHS`` preset in ``model.arch`` and no family), else
+    ``vit``."""
+    family = run_config_value(run, "model.family")
+    if family is not None:
+        return str(family)
+    return LM_FAMILY if run_config_value(run, "model.arch") in LM_ARCHS else "vit"
+
+
 def newest_run(runs_root: str | os.PathLike = "runs", fine_tunings: bool = True,
                families: Sequence[str] = ("vit",)) -> Path | None:
     """The run folder whose ``backbone.pt`` was written last, or None. Runs of a model family not in ``families``
-    (``make train MODEL=resnet`` is ``timm``, which only k-NN, linear and t-SNE read) are passed over, and so
-    are fine-tunings (``make finetune``'s runs) when ``fine_tunings`` is false."""
+    (``make train MODEL=resnet`` is ``timm``, which only k-NN, linear and t-SNE read; ``make lm``'s are ``lm``, which
+    only ``make zeroshot`` reads: ``run_family``) are passed over, and so are fine-tunings (``make finetune``'s runs)
+    when ``fine_tunings`` is false."""
     found = [p for p in Path(runs_root).glob("*/backbone.pt") if p.is_file()
-             and (run_config_value(p.parent, "model.family") or "vit") in families
+             and run_family(p.parent) in families
              and (fine_tunings or run_config_value(p.parent, "finetune") is None)]
     return max(found, key=lambda p: p.stat().st_mtime).parent if found else None
 

@@ -21,7 +21,8 @@ again here:
    refused (lm-eval asserts it).
 
 Requests are scored in batches, padded on the right (position t of a causal model reads tokens 0..t only, so
-padding after a request leaves its values unchanged), longest first, log-softmax in float32.
+padding after a request leaves its values unchanged), longest first, log-softmax in float32; a ``CausalLM`` is
+projected to its vocabulary only at the continuations' positions.
 """
 from __future__ import annotations
 
@@ -75,6 +76,20 @@ def model_input(context_ids: Sequence[int], continuation_ids: Sequence[int], max
     return (list(context_ids) + list(continuation_ids))[-(max_length + 1):][:-1]
 
 
+def _continuation_rows(model: Callable[[torch.Tensor], torch.Tensor], batch: torch.Tensor,
+                       spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """The log-softmax (float32) at the positions ``spans`` (``(row, start, stop)`` per request, concatenated).
+    A model with ``forward_features`` and ``forward_head`` (``CausalLM``) projects to the vocabulary only there,
+    not at every context position; any other model is called whole and its logits picked."""
+    rows = torch.tensor([r for r, a, b in spans for _ in range(a, b)], dtype=torch.int64, device=batch.device)
+    cols = torch.tensor([t for _, a, b in spans for t in range(a, b)], dtype=torch.int64, device=batch.device)
+    if hasattr(model, "forward_features") and hasattr(model, "forward_head"):
+        logits = model.forward_head(model.forward_features(batch)[rows, cols])
+    else:
+        logits = model(batch)[rows, cols]
+    return F.log_softmax(logits.float(), dim=-1)
+
+
 @torch.no_grad()
 def continuation_log_probs(model: Callable[[torch.Tensor], torch.Tensor], inputs: Sequence[Sequence[int]],
                            continuations: Sequence[Sequence[int]], device: torch.device | str = "cpu",
@@ -94,16 +109,18 @@ def continuation_log_probs(model: Callable[[torch.Tensor], torch.Tensor], inputs
         batch = torch.zeros(len(chunk), width, dtype=torch.int64)
         for row, i in enumerate(chunk):
             batch[row, :len(inputs[i])] = torch.tensor(inputs[i], dtype=torch.int64)
-        log_probs = F.log_softmax(model(batch.to(device)).float(), dim=-1)
-        for row, i in enumerate(chunk):
-            n, length = len(continuations[i]), len(inputs[i])
-            if n == 0:
-                out[i] = (0.0, True)
-                continue
-            picked = log_probs[row, length - n:length]
-            target = torch.tensor(continuations[i], dtype=torch.int64, device=picked.device)
-            greedy = bool((picked.argmax(-1) == target).all())
-            out[i] = (float(picked.gather(-1, target[:, None]).squeeze(-1).sum()), greedy)
+        # the continuation's n tokens are predicted at the input's last n positions
+        spans = [(row, len(inputs[i]) - len(continuations[i]), len(inputs[i])) for row, i in enumerate(chunk)]
+        log_probs = _continuation_rows(model, batch.to(device), spans)
+        targets = torch.tensor([t for i in chunk for t in continuations[i]], dtype=torch.int64,
+                               device=log_probs.device)
+        picked = log_probs.gather(-1, targets[:, None]).squeeze(-1)
+        hits = log_probs.argmax(-1) == targets
+        at = 0
+        for i in chunk:
+            n = len(continuations[i])
+            out[i] = (float(picked[at:at + n].sum()), bool(hits[at:at + n].all()))
+            at += n
         if progress is not None:
             progress(len(chunk))
     return out

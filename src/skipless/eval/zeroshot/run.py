@@ -14,8 +14,8 @@ The order of the work (every refusal comes before a model is loaded or a file is
 2. the backbones of ``ckpt`` (``CKPT`` items as every evaluator reads them: run folders, backbone files,
    ``random``, the newest run), language models only (an image backbone is refused in one sentence), the random
    floor after a single trained one; their output folders checked writable;
-3. each backbone's tokenizer (``tokenizer=``, else the run's: ``resolve_tokenizer``), whose vocabulary must be the
-   model's;
+3. each backbone's tokenizer (``tokenizer=``, else the run's copy in ``<run>/tokenizer/`` or the file its
+   ``backbone.pt`` records: ``resolve_tokenizer``), whose vocabulary must be the model's;
 4. per backbone: the requests scored, ``<out_dir>/zeroshot-<dataset>.json`` (the results),
    ``zeroshot-<dataset>.md`` (the table), ``zeroshot-<dataset>-requests.jsonl`` (every request's log-likelihood:
    what lm-eval's ``--log_samples`` compares with) and TensorBoard scalars in ``<out_dir>/tb/zeroshot-<dataset>/``;
@@ -163,8 +163,9 @@ def _recorded_tokenizer(backbone: Path) -> tuple[Path, str | None] | None:
 
 
 def resolve_tokenizer(cfg_tokenizer: str | None, spec: BackboneSpec, reference: BackboneSpec | None) -> TextTokenizer:
-    """The tokenizer of ``spec``: ``tokenizer=`` when given; else a ``tokenizer.json`` beside its backbone file; else
-    the one its backbone file records (``extra.tokenizer``: a path, or a path and the sha256 it must have); the
+    """The tokenizer of ``spec``: ``tokenizer=`` when given; else a ``tokenizer.json`` beside its backbone file or in
+    the ``tokenizer/`` folder beside it (``make lm``'s copy, with its ``tokenizer_config.json``); else the one its
+    backbone file records (``extra.tokenizer``: a path, or a path and the sha256 it must have); the
     random floor takes ``reference``'s (the first trained backbone's). Refused in one sentence when there is none."""
     if cfg_tokenizer is not None:
         return load_tokenizer(cfg_tokenizer)
@@ -172,13 +173,15 @@ def resolve_tokenizer(cfg_tokenizer: str | None, spec: BackboneSpec, reference: 
     if source is None or source.path is None:
         raise ZeroshotError(f"no tokenizer for {spec.name}: it is built at initialisation and no trained backbone is "
                             "named; pass tokenizer=<path to tokenizer.json>")
-    beside = Path(source.path).parent / TOKENIZER_FILE
-    if beside.is_file():
-        return load_tokenizer(beside)
+    folder = Path(source.path).parent
+    for beside in (folder / TOKENIZER_FILE, folder / "tokenizer" / TOKENIZER_FILE):  # make lm copies it to tokenizer/
+        if beside.is_file():
+            return load_tokenizer(beside)
     recorded = _recorded_tokenizer(Path(source.path))
     if recorded is None:
-        raise ZeroshotError(f"no tokenizer for {source.name}: no {TOKENIZER_FILE} beside {source.path} and none recorded "
-                            "in it; pass tokenizer=<path to the tokenizer.json the model was trained with>")
+        raise ZeroshotError(f"no tokenizer for {source.name}: no {TOKENIZER_FILE} or tokenizer/{TOKENIZER_FILE} beside "
+                            f"{source.path} and none recorded in it; pass tokenizer=<path to the tokenizer.json the "
+                            "model was trained with>")
     path, digest = recorded
     tokenizer = load_tokenizer(path)
     if digest is not None and tokenizer.digest != digest:
