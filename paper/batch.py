@@ -13,8 +13,9 @@ from omegaconf import DictConfig
 
 from skipless.config import ConfigError, load_config
 from skipless.reports.summary import describe_batch
-from skipless.devices.world import world_size
+from skipless.devices.world import global_batch, world_size
 
+from .experiment import STEP_ENTRIES
 from .jobs import Job
 from .slurm import run_overrides
 
@@ -22,9 +23,18 @@ from .slurm import run_overrides
 def _batch(entry: str, overrides: list[str]) -> str:
     cfg = load_config(entry, overrides)
     try:
-        return describe_batch(cfg)
+        shown = describe_batch(cfg)
     except ConfigError as err:  # the run would refuse it: the dry run says why, and goes on
         return f"refused on {world_size(cfg)} devices: {err}"
+    if entry in STEP_ENTRIES:  # a language model: its windows of context tokens, and its optimizer steps
+        from skipless.models.causal_lm import LM_ARCHS
+
+        context = int(cfg.model.context or LM_ARCHS[str(cfg.model.arch)]["context"])
+        sequences = global_batch(cfg, world_size(cfg))
+        how = shown.split(" = ", 1)[-1]
+        shown = (f"{sequences} sequences ({how}) x {context:,} tokens = {sequences * context:,} tokens per step, "
+                 f"{int(cfg.train.steps):,} steps")
+    return shown
 
 
 def batch_line(job: Job, cluster: str, scale: str, slurm: DictConfig) -> str:

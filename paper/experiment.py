@@ -36,8 +36,12 @@ from skipless.errors import SkiplessError
 EXPERIMENT_DIR = CONFIG_DIR / "experiments"
 SCALES = ("demo", "quick", "full")
 INHERITED = {"quick": "demo"}  # a scale a file does not name takes this one's value
-RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train"}
-EVAL_ENTRIES = {name: f"skipless.eval.{name}" for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne")}
+# ``lm``: the language model of seed 000's App. A.8 (``make lm``), trained for ``train.steps`` optimizer steps, not
+# epochs: its runs export no checkpoints of epochs (``runs.epochs`` is refused), only the last ``backbone.pt``.
+RUN_ENTRIES = {"pretrain": "skipless.pretrain", "train": "skipless.train", "lm": "skipless.lm"}
+STEP_ENTRIES = ("lm",)  # run entries measured in optimizer steps
+EVAL_ENTRIES = {name: f"skipless.eval.{name}"
+                for name in ("probe", "tokencut", "pca", "conditioning", "knn", "linear", "tsne", "zeroshot")}
 # Fine-tuning reads a run's backbone as an evaluation does, and trains: its run folder is the evaluation's folder.
 FINETUNE = "finetune"
 EVAL_ENTRIES[FINETUNE] = "skipless.finetune"
@@ -45,8 +49,8 @@ REPORT_KINDS = ("table", "curve", "images", "history", "series")
 _TOP = {"title", "source", "runs", "evaluations", "report"}
 _RUNS = {"entry", "axes", "scales", "epochs"}
 _EVAL = {"entry", "axes", "scales", "result", "metric"}
-_REPORT = {"kind", "title", "evaluation", "metric", "rows", "columns", "lines", "epoch", "reference", "images", "tags",
-           "file", "x", "panels", "note"}
+_REPORT = {"kind", "title", "evaluation", "metric", "metrics", "best", "rows", "columns", "lines", "epoch", "reference", "images",
+           "tags", "file", "x", "panels", "note"}
 # What a curve and a history are drawn against, the first by default (report.py): a curve, the blocks of one
 # checkpoint or the checkpoints' epochs; a history, the training step or the epoch (each epoch's mean).
 X_AXES = {"curve": ("block", "epoch"), "history": ("step", "epoch")}
@@ -193,6 +197,9 @@ def load_experiment(name: str, folder: Path = EXPERIMENT_DIR) -> Experiment:
     runs_node = _keys(node["runs"], _RUNS, f"{where}: runs", {"entry"})
     entry, axes, scales = _matrix(runs_node, RUN_ENTRIES, f"{where}: runs")
     epochs = by_scale(_keys(runs_node.get("epochs") or {}, set(SCALES), f"{where}: runs.epochs"))
+    if entry in STEP_ENTRIES and epochs:
+        raise _fail(f"{where}: runs.epochs", f"a {entry} run counts optimizer steps, not epochs, and exports only its "
+                    "last backbone.pt; drop runs.epochs")
     for scale, listed in epochs.items():
         if not (isinstance(listed, list) and listed and all(isinstance(e, int) and e >= 1 for e in listed)):
             raise _fail(f"{where}: runs.epochs.{scale}", f"expected a list of positive epochs, got {listed!r}")
@@ -234,7 +241,18 @@ def _check_report(experiment: Experiment, where: str) -> None:
             raise _fail(f"{at}.evaluation", f"a {item['kind']} reads the training runs' curves: evaluation: {RUNS}")
         if item["kind"] == "series" and not item.get("file"):
             raise _fail(f"{at}.file", "a series names the JSON-lines file of each run it reads (file: rank.jsonl)")
-        if item["evaluation"] == RUNS and item["kind"] == "table" and not item.get("metric"):
+        if item.get("metrics") is not None:
+            metrics = item["metrics"]
+            if item["kind"] != "table" or not (isinstance(metrics, dict) and metrics
+                                               and all(isinstance(v, str) for v in metrics.values())):
+                raise _fail(f"{at}.metrics", "a table's metrics are a mapping {column title: dotted key of the result}")
+            if item.get("columns"):
+                raise _fail(f"{at}.columns", "a table with metrics has a column per metric, not per axis: drop columns")
+        if item.get("best") is not None:
+            if item.get("metrics") is None or item["best"] not in (item.get("rows") or []) or not item.get("metric"):
+                raise _fail(f"{at}.best", "best names one of the table's rows axes, chosen by the item's metric "
+                            "(highest) among its metrics' rows")
+        if item["evaluation"] == RUNS and item["kind"] == "table" and not (item.get("metric") or item.get("metrics")):
             raise _fail(f"{at}.metric", "a report on the runs names its metric, a key of their summary.json")
         allowed_x = X_AXES.get(item["kind"])
         if allowed_x and item.get("x", allowed_x[0]) not in allowed_x:

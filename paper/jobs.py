@@ -42,7 +42,7 @@ from typing import Any
 from skipless.atomic import atomic_write
 from skipless.config import leaf_values, load_config
 
-from .experiment import EVAL_ENTRIES, FINETUNE, RUN_ENTRIES, Experiment, ExperimentError
+from .experiment import EVAL_ENTRIES, FINETUNE, RUN_ENTRIES, STEP_ENTRIES, Experiment, ExperimentError
 from .quick import QUICK, quick_epochs, quick_overrides
 
 # Keys that say where a job writes or how it reports, not what it computes: left out of its identity.
@@ -142,16 +142,19 @@ def plan(experiment: Experiment, scale: str, base: Path, run_extra: list[str] = 
             skipped.append({"kind": "run", **labels})
             continue
         tail = shrink.get(entry, [])
-        length = int(load_config(entry, [*overrides, *tail, *run_extra]).train.epochs)
-        epochs = experiment.epochs.get(scale, [])
-        if scale == QUICK:  # the demo's checkpoints at the same fraction of the shortened run
-            epochs = quick_epochs(epochs, int(load_config(entry, [*overrides, *run_extra]).train.epochs), length)
-        late = [e for e in epochs if e > length]
-        if late:
-            raise ExperimentError(f"{experiment.name}: the {scale} runs train {length} epochs, so they cannot give the "
-                             f"checkpoints of epochs {late} that runs.epochs.{scale} asks for")
-        exported = sorted({*epochs, *(e for e in exports if e <= length)})
-        extra = [f"train.export_epochs=[{','.join(map(str, exported))}]"] if exported else []
+        if entry in STEP_ENTRIES:  # steps, not epochs: no checkpoints of epochs, only the last backbone.pt
+            epochs, extra = [], []
+        else:
+            length = int(load_config(entry, [*overrides, *tail, *run_extra]).train.epochs)
+            epochs = experiment.epochs.get(scale, [])
+            if scale == QUICK:  # the demo's checkpoints at the same fraction of the shortened run
+                epochs = quick_epochs(epochs, int(load_config(entry, [*overrides, *run_extra]).train.epochs), length)
+            late = [e for e in epochs if e > length]
+            if late:
+                raise ExperimentError(f"{experiment.name}: the {scale} runs train {length} epochs, so they cannot give "
+                                      f"the checkpoints of epochs {late} that runs.epochs.{scale} asks for")
+            exported = sorted({*epochs, *(e for e in exports if e <= length)})
+            extra = [f"train.export_epochs=[{','.join(map(str, exported))}]"] if exported else []
         args = [*overrides, *tail, *extra, *run_extra]
         digest = config_hash(entry, args)
         run_name = _existing_run(base, digest) or f"{_slug(labels)}-{digest}"

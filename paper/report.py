@@ -16,6 +16,10 @@ its numbers, where the paper contradicts itself):
   the table; so do the curves' best blocks and the histories' runs. ``reference.epoch`` says which epoch
   the paper's numbers are at; ``reference.epochs: {<epoch>: {rows: ...}}`` gives its numbers at other
   epochs (Table 2's 200-epoch columns), used in the table of that very epoch.
+  With ``metrics`` (``{column title: dotted key}``, no ``columns``), a row per ``rows`` cell run at the scale
+  and a column per metric, no paper numbers; with ``best: <axis>`` too, a second table keeps per combination
+  of the other rows the row of that axis whose ``metric`` is highest (Table 7: five zero-shot columns and their
+  mean, the best lr per model). A run whose training diverged reads ``diverged at step N``.
 - ``curve``: ``x: block`` (the default), a value per block (``metric`` a ``{block: value}`` mapping, e.g.
   TokenCut's CorLoc), one line per cell in one figure (``figures/<item>.png``), and the best block of
   each line against the paper's (``reference.values``, and ``reference.epochs: {<epoch>: {values: ...}}``).

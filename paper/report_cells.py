@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,9 @@ def cell_text(record: dict[str, Any] | None, metric: str, paper: float | None) -
     if record["state"] != "done":
         if record["state"] == "failed" and " not found" in (record.get("error") or ""):
             return "missing data"  # the dataset's layout sentence is in the Jobs table
+        diverged = re.search(r"diverged at step (\d+)", record.get("error") or "")
+        if record["state"] == "failed" and diverged:  # training/divergence.py's sentence: the step it stopped at
+            return f"diverged at step {diverged.group(1)}"
         return {"failed": "failed", "blocked": "blocked", NOT_AT_SCALE: "not at this scale"}.get(
             record["state"], "not run yet")
     ours = metric_of(record["result"], metric)
@@ -149,6 +153,8 @@ def save_figure(fig: Any, path: Path) -> None:
 def table_section(item: dict[str, Any], records: list[dict[str, Any]], experiment: Experiment) -> str:
 
     ev = item["evaluation"]
+    if item.get("metrics"):
+        return metrics_table(item, [r for r in records if r["evaluation"] == ev], experiment)
     metric = item.get("metric") or (experiment.evaluations[ev].metric if ev != RUNS else None)
     mine = [r for r in records if r["evaluation"] == ev]
     rows, cols = list(item.get("rows") or []), list(item.get("columns") or [])
@@ -193,3 +199,46 @@ def paper_tables(ref: dict[str, Any], corner: str) -> list[str]:
     return [f"The paper's table{when}:\n\n" + markdown_table([corner, *ref_cols],
                                                            [[k, *(number(v) for v in vals)] for k, vals in rows.items()])
             for when, rows in blocks if rows]
+
+
+def metrics_table(item: dict[str, Any], mine: list[dict[str, Any]], experiment: Experiment) -> str:
+    """A ``table`` with ``metrics`` ({column title: dotted key}): a row per combination of ``rows`` run at this
+    scale (at the last epoch evaluated), a column per metric, each cell as ``cell_text`` writes it (a whole
+    number with its thousands, no paper numbers). With ``best: <axis>`` (one of ``rows``), a second table keeps,
+    of each combination of the other rows, the row of that axis whose ``metric`` is highest (Table 7: the best
+    lr of each model by the mean)."""
+    ev, rows = item["evaluation"], list(item.get("rows") or [])
+    epochs = chosen_epochs(mine, item.get("epoch"))
+    at = [r for r in mine if r["labels"].get("epoch") in (*epochs, None) and r["state"] != NOT_AT_SCALE]
+
+    def line(found: dict[str, Any] | None, name: str) -> list[str]:
+        cells = []
+        for key in item["metrics"].values():
+            value = metric_of(found["result"], key) if found and found["state"] == "done" else None
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            cells.append(f"{value:,}" + collapsed_mark(found) if whole else cell_text(found, key, None))
+        return [name, *cells]
+
+    found = {rc: next((r for r in at if all(r["labels"].get(k) == v for k, v in zip(rows, rc))), None)
+             for rc in combos(at, rows, experiment, ev)}
+    out = markdown_table(["/".join(rows), *item["metrics"]], [line(r, "/".join(rc)) for rc, r in found.items()])
+    axis = item.get("best")
+    if axis:
+        by, i = item["metric"], rows.index(axis)
+        groups: dict[tuple, list[tuple]] = {}
+        for rc in found:
+            groups.setdefault(rc[:i] + rc[i + 1:], []).append(rc)
+        best = []
+        for rest, members in groups.items():
+            scored = [(metric_of(found[rc]["result"], by), rc) for rc in members
+                      if found[rc] and found[rc]["state"] == "done"]
+            scored = [(v, rc) for v, rc in scored if isinstance(v, (int, float))]
+            if scored:
+                rc = max(scored, key=lambda p: p[0])[1]
+                best.append(line(found[rc], "/".join(rest) + f" ({axis} {rc[i]})"))
+            else:
+                best.append(["/".join(rest) + f" ({axis}: none finished)", *("-" for _ in item["metrics"])])
+        others = "/".join(a for a in rows if a != axis)
+        out += (f"\n\nThe best {axis} of each {others or 'cell'}, by {by} (highest):\n\n"
+                + markdown_table([f"{others} ({axis})", *item["metrics"]], best))
+    return out + collapse_notes(at)

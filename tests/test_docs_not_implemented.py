@@ -132,9 +132,11 @@ def test_not_implemented_names_nothing_an_experiment_or_the_theory_report_comput
 def test_the_check_catches_an_implemented_figure_listed_as_missing():
     done = computed_ids()
     fake = [("003", "Fig. 6", "- Seed 003, Fig. 6: ConvMixer"), ("000", "Lemma 1", "- Seed 000, Lemma 1: x"),
-            ("002", "Table 3", "- Seed 002, Table 3: ablations"), ("000", "Table 7", "- Seed 000, Table 7: the LM")]
+            ("002", "Table 3", "- Seed 002, Table 3: ablations"), ("000", "Table 7", "- Seed 000, Table 7: the LM"),
+            ("004", "Thm C.1", "- Seed 004, Thm C.1: a proof")]
     found = listed_but_computed(fake, done)
-    assert [f.split(" (")[0] for f in found] == ["seed 003 Fig 6", "seed 000 Lemma 1", "seed 002 Table 3"]
+    assert [f.split(" (")[0] for f in found] == ["seed 003 Fig 6", "seed 000 Lemma 1", "seed 002 Table 3",
+                                                 "seed 000 Table 7"]
 
 
 def test_implemented_in_part_names_only_what_the_suite_computes():
