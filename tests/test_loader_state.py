@@ -13,7 +13,7 @@ from torch.utils.data import Dataset, DistributedSampler, RandomSampler
 from skipless.training import loader_state
 from skipless.training.loader_state import EpochOrder, LoaderPosition, ResumableLoader, Resume, Streams
 from skipless.training.micro_batches import MicroBatches
-from tiny_runs import epoch
+from tiny_runs import cut_and_resumed, epoch
 
 
 class Draws(Dataset):
@@ -51,16 +51,9 @@ def test_an_epoch_resumed_after_any_batch_gives_the_rest_of_the_uninterrupted_ep
     torch.manual_seed(0)
     straight = epoch(loader())
     assert len(straight) == 6  # 20 images in full batches of 3: drop_last
-    torch.manual_seed(0)
-    first = loader()
-    head = epoch(first, stop=cut)
-    saved = first.position(cut)
-    resumed = loader()
-    resumed.resume(Resume(saved["epoch"], cut, saved["epoch_seed"], [Streams.from_saved(s) for s in saved["slots"]]))
-    torch.manual_seed(123)  # the resumed process's generator is the checkpoint's, whatever it was: ...
-    before = torch.get_rng_state()
-    tail = epoch(resumed)
-    assert torch.equal(torch.get_rng_state(), before)  # ... and the resumed iterator did not move it
+    # the resumed process's generator is the checkpoint's, whatever it was, and the resumed iterator does not move it
+    head, tail, before = cut_and_resumed(loader, cut)
+    assert torch.equal(torch.get_rng_state(), before)
     for got, want in zip(head + tail, straight, strict=True):
         assert torch.equal(got, want)
     assert len({round(float(b[0, 1]), 12) for b in straight}) == 6  # the draws differ batch to batch: a real test

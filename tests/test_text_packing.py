@@ -16,9 +16,9 @@ from skipless.data.text.packing import pack_split, pack_tokens, stream_dtype
 from skipless.data.text.tokenizer import load_tokenizer
 from skipless.data.text.windows import PackedWindows
 from skipless.training import loader_state
-from skipless.training.loader_state import ResumableLoader, Resume, Streams
+from skipless.training.loader_state import ResumableLoader
 from text_fixtures import write_c4
-from tiny_runs import epoch
+from tiny_runs import cut_and_resumed, epoch
 
 DOCS = [f"Chapter {i}. " + " ".join(f"the {w}{i % 7} went {'up' if i % 2 else 'down'} to {j}" for j, w in
                                      enumerate(["river", "king", "seed", "bird"][: 1 + i % 4])) for i in range(30)]
@@ -125,14 +125,7 @@ def test_an_epoch_resumed_after_any_step_gives_the_rest_of_the_windows_bit_for_b
     torch.manual_seed(0)
     straight = epoch(loader())
     assert len(straight) == len(windows) // 4 > cut
-    torch.manual_seed(0)
-    first = loader()
-    head = epoch(first, stop=cut)
-    saved = first.position(cut)
-    resumed = loader()
-    resumed.resume(Resume(saved["epoch"], cut, saved["epoch_seed"], [Streams.from_saved(s) for s in saved["slots"]]))
-    torch.manual_seed(123)  # the resumed process's own generator does not decide the order
-    tail = epoch(resumed)
+    head, tail, _ = cut_and_resumed(loader, cut)  # the resumed process's own generator does not decide the order
     assert len(head) + len(tail) == len(straight)
     for got, want in zip(head + tail, straight, strict=True):
         for got_micro, want_micro in zip(got, want, strict=True):

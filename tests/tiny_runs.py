@@ -69,3 +69,22 @@ def epoch(loader, stop: int | None = None) -> list:
         if stop is not None and len(batches) == stop:
             break
     return batches
+
+
+def cut_and_resumed(loader, cut: int) -> tuple[list, list, "torch.Tensor"]:
+    """An epoch of ``loader()`` (a ``ResumableLoader`` factory) stopped after ``cut`` steps under torch's seed 0,
+    and a new loader resumed from its position under another seed (the resumed process's own generator):
+    (the first ``cut`` steps, the rest of the epoch, torch's RNG state just before the resumed epoch ran)."""
+    import torch
+
+    from skipless.training.loader_state import Resume, Streams
+
+    torch.manual_seed(0)
+    first = loader()
+    head = epoch(first, stop=cut)
+    saved = first.position(cut)
+    resumed = loader()
+    resumed.resume(Resume(saved["epoch"], cut, saved["epoch_seed"], [Streams.from_saved(s) for s in saved["slots"]]))
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    return head, epoch(resumed), before
