@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 from skipless.config import ConfigError, load_config
 from skipless.reports.summary import describe_batch
 from skipless.devices.world import global_batch, world_size
+from skipless.models.causal_lm import LM_ARCHS
 
 from .experiment import STEP_ENTRIES
 from .jobs import Job
@@ -27,8 +28,6 @@ def _batch(entry: str, overrides: list[str]) -> str:
     except ConfigError as err:  # the run would refuse it: the dry run says why, and goes on
         return f"refused on {world_size(cfg)} devices: {err}"
     if entry in STEP_ENTRIES:  # a language model: its windows of context tokens, and its optimizer steps
-        from skipless.models.causal_lm import LM_ARCHS
-
         context = int(cfg.model.context or LM_ARCHS[str(cfg.model.arch)]["context"])
         sequences = global_batch(cfg, world_size(cfg))
         how = shown.split(" = ", 1)[-1]
