@@ -50,7 +50,8 @@ _TOP = {"title", "source", "runs", "evaluations", "report"}
 _RUNS = {"entry", "axes", "scales", "epochs"}
 _EVAL = {"entry", "axes", "scales", "result", "metric"}
 _REPORT = {"kind", "title", "evaluation", "metric", "metrics", "best", "rows", "columns", "lines", "epoch", "reference", "images",
-           "tags", "file", "x", "panels", "note"}
+           "tags", "file", "x", "panels", "note", "reach"}
+_REACH = {"axis", "line", "baseline", "tag"}
 # What a curve and a history are drawn against, the first by default (report.py): a curve, the blocks of one
 # checkpoint or the checkpoints' epochs; a history, the training step or the epoch (each epoch's mean).
 X_AXES = {"curve": ("block", "epoch"), "history": ("step", "epoch")}
@@ -228,6 +229,25 @@ def axis_names(experiment: Experiment, evaluation: str) -> list[str]:
             + [a.name for a in experiment.evaluations[evaluation].axes])
 
 
+def _check_reach(experiment: Experiment, item: dict, at: str) -> None:
+    """A history's ``reach`` (``report_figures.reach_table``): a mapping naming a runs axis, two of its values and
+    one of the item's tags, on a history against the step."""
+    reach = item["reach"]
+    if item["kind"] != "history" or item.get("x", "step") != "step" or not isinstance(reach, dict):
+        raise _fail(at, "reach belongs to a history against the step: {axis, line, baseline, tag}")
+    reach = _keys(reach, _REACH, at, _REACH)
+    axis = next((a for a in experiment.runs.axes if a.name == reach["axis"]), None)
+    if axis is None:
+        raise _fail(f"{at}.axis", f"unknown runs axis {reach['axis']!r}; expected one of "
+                    f"{', '.join(a.name for a in experiment.runs.axes)}")
+    for key in ("line", "baseline"):
+        if reach[key] not in axis.values:
+            raise _fail(f"{at}.{key}", f"{reach[key]!r} is no value of the axis {axis.name}; expected one of "
+                        f"{', '.join(axis.values)}")
+    if reach["tag"] not in (item.get("tags") or ["train/loss"]):
+        raise _fail(f"{at}.tag", f"{reach['tag']!r} is not one of the item's tags")
+
+
 def _check_report(experiment: Experiment, where: str) -> None:
     for i, item in enumerate(experiment.report):
         at = f"{where}: report[{i}]"
@@ -257,6 +277,8 @@ def _check_report(experiment: Experiment, where: str) -> None:
         allowed_x = X_AXES.get(item["kind"])
         if allowed_x and item.get("x", allowed_x[0]) not in allowed_x:
             raise _fail(f"{at}.x", f"a {item['kind']} is drawn against {' or '.join(allowed_x)}, not {item['x']!r}")
+        if item.get("reach") is not None:
+            _check_reach(experiment, item, f"{at}.reach")
         names = set(axis_names(experiment, item["evaluation"]))
         for key in ("rows", "columns", "lines", "panels"):
             bad = [a for a in item.get(key) or [] if a not in names]

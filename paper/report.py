@@ -32,7 +32,10 @@ its numbers, where the paper contradicts itself):
 - ``history``: the training runs' TensorBoard scalars (``tags``, e.g. ``train/loss``, ``val/top1``;
   ``run_scalars.py``), one panel per tag (and per ``panels`` combination) and one line per run: against
   the step with each run's last value (seeds/004's Figure 1), or with ``x: epoch`` each epoch's mean
-  against the epoch, tabulated at a few epochs (Ji et al.'s Figures 1 and 9: the training loss).
+  against the epoch, tabulated at a few epochs (Ji et al.'s Figures 1 and 9: the training loss). With
+  ``reach: {axis, line, baseline, tag}`` (against the step), a table per panel of the first step at which the
+  ``line`` run's ``tag`` comes down to the ``baseline`` run's last value, over the baseline's steps (Table 7's
+  "1x steps", seeds/000 App. A.8), that value drawn as a dotted line.
 - ``series``: a value per epoch from a JSON-lines file of each training run (``rank.jsonl``'s effective
   rank, seed 002's Figure 5a; ``diagnostics.jsonl``'s condition numbers, Tables 5-6 as measured during
   training; ``series.py``), at the epochs the evaluations read, beside the paper's (``reference``).

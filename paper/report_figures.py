@@ -204,6 +204,9 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
                     ax.plot([p[0] for p in points], [p[1] for p in points],
                             label="/".join(v for a, v in r["labels"].items() if a not in panels),
                             marker="o" if len(points) < 30 else None, markersize=3)
+            target = reach_target(item, runs, curves, dict(zip(panels, pc)), tag)
+            if target is not None:  # the baseline's last value, which the reach table's line must come down to
+                ax.axhline(target[1], color="grey", linestyle=":", linewidth=1)
             ax.set_title(" ".join(filter(None, [tag, "/".join(pc)])), fontsize=9)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("epoch (each epoch's mean)" if by_epoch else "step", fontsize=8)
@@ -216,8 +219,9 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
     if not by_epoch:
         body = [[labels[r["job"]], *(curves[r["job"]][t][-1][1] if curves[r["job"]][t] else None for t in tags)]
                 for r in runs]
+        reach = reach_table(item, runs, curves, panels, panel_combos) if item.get("reach") else ""
         return (shown + "The last value of each curve:\n\n" + markdown_table(["run", *tags], body, float_format=".3g")
-                + collapse_notes(runs))
+                + reach + collapse_notes(runs))
     evaluated = [int(e) for e in chosen_epochs([r for r in records if r["evaluation"] != RUNS], "all") if str(e).isdigit()]
     last = max((p[0] for c in curves.values() for points in c.values() for p in points), default=0)
     columns = history_epochs(last, evaluated)
@@ -228,6 +232,58 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
         shown += (f"The mean {tag} of each run over an epoch, at epochs {', '.join(map(str, columns))}:\n\n"
                   + markdown_table(["run", *map(str, columns)], body, float_format=".4g") + "\n\n")
     return shown.rstrip() + collapse_notes(runs)
+
+
+def first_step_at_most(points: list[tuple[int, float]], target: float) -> int | None:
+    """The first logged step whose value is at most ``target`` (a finite value), None when none is."""
+    return next((step for step, value in points if math.isfinite(value) and value <= target), None)
+
+
+def _run_of(runs: list[dict[str, Any]], labels: dict[str, str]) -> dict[str, Any] | None:
+    return next((r for r in runs if all(r["labels"].get(a) == v for a, v in labels.items())), None)
+
+
+def reach_target(item: dict[str, Any], runs: list[dict[str, Any]], curves: dict, panel: dict[str, str],
+                 tag: str) -> tuple[int, float] | None:
+    """(the last step, the last value) of ``reach.tag`` of the baseline run in ``panel``, or None (no ``reach``,
+    another tag, no finished baseline there, or a baseline whose last value is not finite)."""
+    reach = item.get("reach")
+    if not reach or tag != reach["tag"]:
+        return None
+    run = _run_of(runs, {**panel, reach["axis"]: reach["baseline"]})
+    points = curves[run["job"]][tag] if run else []
+    return points[-1] if points and math.isfinite(points[-1][1]) else None
+
+
+def reach_table(item: dict[str, Any], runs: list[dict[str, Any]], curves: dict, panels: list[str],
+                panel_combos: list[tuple]) -> str:
+    """A history's ``reach``: per ``panels`` combination, the first step at which the ``line`` run's ``tag`` comes
+    down to the ``baseline`` run's last value, and that step over the baseline's steps (seed 000's App. A.8: the
+    initialised skipless model matches the residual baseline "at the same training speed (1x steps)"). It holds at
+    1x or less; the step is known to within the curve's logging interval (the validation's, for val/loss)."""
+    reach = item["reach"]
+    tag, line, baseline = reach["tag"], reach["line"], reach["baseline"]
+    rows = []
+    for pc in panel_combos:
+        panel = dict(zip(panels, pc))
+        target = reach_target(item, runs, curves, panel, tag)
+        run = _run_of(runs, {**panel, reach["axis"]: line})
+        name = "/".join(pc) or "all"
+        if target is None or run is None:
+            missing = baseline if target is None else line
+            rows.append([name, None, None, None, None, f"no finished {missing} run with a finite {tag}"])
+            continue
+        step = first_step_at_most(curves[run["job"]][tag], target[1])
+        if step is None:
+            rows.append([name, target[1], target[0], None, None, f"not reached by step "
+                         f"{curves[run['job']][tag][-1][0] if curves[run['job']][tag] else 0}"])
+            continue
+        ratio = step / target[0] if target[0] else math.inf
+        rows.append([name, target[1], target[0], step, f"{ratio:.2f}x",
+                     "holds (1x steps or fewer)" if ratio <= 1 else "does not hold (more steps)"])
+    return ("\n\n" + f"The steps {line} needs to reach {baseline}'s last {tag} (the dotted line):\n\n"
+            + markdown_table([" / ".join(panels) or "panel", f"{baseline} last {tag}", f"{baseline} steps",
+                              f"{line} reaches it at step", "steps ratio", "1x steps"], rows, float_format=".4g"))
 
 
 def history_epochs(last: int, evaluated: list[int]) -> list[int]:
