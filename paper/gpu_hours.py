@@ -11,6 +11,14 @@ of the real dataset, not of the fake one the pre-flight read: the dataset is nam
 ``preflight.datasets`` in ``configs/paper.yaml``. The peak is ``skipless/flops.py``'s for the GPU named in
 ``preflight.gpu``; the MFU is ``preflight.mfu`` of the job's method (DINO, MAE or supervised).
 
+The language model (``make lm``, seed 000's App. A.8) is counted per sequence and per step instead:
+
+    hours = train.steps x sequences per step (train.global_batch) x training FLOPs per sequence / (peak x MFU) / 3600
+
+FLOPs per sequence are ``skipless/flops.lm_step_flops`` at the model's context and the vocabulary of the tokenizer
+the run built (``vocab``: the pre-flight reads it from the run's ``tokenizer/``); the validation passes every
+``train.val_every_n_steps`` are not counted.
+
 Not counted: the evaluations, the diagnostics and monitors during training, data loading stalls,
 restarts; every image of the train set is counted once per epoch (a last partial batch included).
 """
@@ -22,7 +30,10 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
-from skipless.flops import dino_step_flops, mae_step_flops, peak_bf16_tflops, supervised_step_flops
+from skipless.devices.world import global_batch
+from skipless.flops import dino_step_flops, lm_step_flops, mae_step_flops, peak_bf16_tflops, supervised_step_flops
+from skipless.language.module import lm_args
+from skipless.models.causal_lm import LM_ARCHS
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,12 @@ class Estimate:
     gpu: str
     peak_tflops: float
     mfu: float
+    unit: str = "image"      # what flop_per_image is per: an image, or a sequence of the language model
+    passes: str = "epochs"   # what ``epochs`` counts: epochs over the train set, or the language model's steps
+
+    def counts_text(self) -> str:
+        """``300 epochs x 1,281,167 images`` / ``20,000 steps x 128 sequences``."""
+        return f"{self.epochs:,} {self.passes} x {self.train_images:,} {self.unit}s"
 
     @property
     def images(self) -> int:
@@ -51,7 +68,9 @@ class Estimate:
 
 
 def method_of(entry: str, cfg: DictConfig) -> str:
-    """``dino`` or ``mae`` (``make pretrain``'s ``ssl``), ``supervised`` (``make train``)."""
+    """``dino`` or ``mae`` (``make pretrain``'s ``ssl``), ``lm`` (``make lm``), ``supervised`` (``make train``)."""
+    if entry == "lm":
+        return "lm"
     return str(cfg.ssl) if entry == "pretrain" else "supervised"
 
 
@@ -75,18 +94,32 @@ def peak_tflops(gpu: str) -> float | None:
     return peak_bf16_tflops(gpu)
 
 
-def estimate(entry: str, cfg: DictConfig, settings: Mapping[str, Any]) -> Estimate | str:
+def lm_estimate(cfg: DictConfig, settings: Mapping[str, Any], vocab: int, peak: float) -> Estimate:
+    """The language model's estimate (module docstring): steps x sequences per step x FLOPs per sequence."""
+    args = lm_args(cfg.model, vocab)
+    context = args.get("context") or LM_ARCHS[args["arch"]]["context"]
+    return Estimate("lm", dataset_of(cfg), int(cfg.train.steps), int(global_batch(cfg)),
+                    float(lm_step_flops(args, context)), str(settings["gpu"]), peak, float(settings["mfu"]["lm"]),
+                    unit="sequence", passes="steps")
+
+
+def estimate(entry: str, cfg: DictConfig, settings: Mapping[str, Any], vocab: int | None = None) -> Estimate | str:
     """The estimate of the training ``cfg`` of ``entry`` under ``settings`` (the ``preflight`` section of
-    the ``paper`` config), or the sentence saying why there is none."""
+    the ``paper`` config), or the sentence saying why there is none; ``vocab``: the language model's vocabulary
+    (its tokenizer's), which its config does not hold."""
     method, dataset = method_of(entry, cfg), dataset_of(cfg)
     known = settings["datasets"]
-    if dataset not in known:
+    if method != "lm" and dataset not in known:
         return f"no estimate: {dataset} has no size in preflight.datasets (known: {', '.join(known)})"
     if method not in settings["mfu"]:
         return f"no estimate: {method} has no MFU in preflight.mfu (known: {', '.join(settings['mfu'])})"
     peak = peak_tflops(str(settings["gpu"]))
     if peak is None:
         return f"no estimate: preflight.gpu={settings['gpu']} is not a GPU of skipless/flops.py's PEAK_BF16_TFLOPS"
+    if method == "lm":
+        if vocab is None:
+            return "no estimate: the run's tokenizer, whose vocabulary the model has, was not found"
+        return lm_estimate(cfg, settings, vocab, peak)
     size = known[dataset]
     return Estimate(method, dataset, int(cfg.train.epochs), int(size["train_images"]),
                     float(step_flops(method, cfg, int(size["classes"]))), str(settings["gpu"]), peak,

@@ -20,6 +20,11 @@ How each job is changed, and nothing else (``preflight_checks``):
   training that differ only in their epoch are then one command: it runs once, its row naming the
   others it stands for (Fig. 2's 15 epochs x 7 probes are 7 jobs per training). A fine-tuning
   (``make finetune``) is a training too: the training's batch, steps and single process as well.
+- the language model (``make lm``, Table 7) has steps, not epochs: its trainings run the same ``preflight.steps``
+  at ``preflight.batch`` sequences in one process and write ``backbone.pt`` at their last step, which its
+  zero-shot evaluations read; its data is C4's layout at the recipe's shard counts and the five tasks in
+  ``data/lm-val`` (``fake_text.py``, sized by ``write_text_data``), its GPU-hours steps x sequences x FLOPs per
+  sequence.
 - every job runs in the pre-flight's folder (``<preflight.root>/<exp>-<date>-<time>/``), with the
   environment variables the configs read as data roots (``${oc.env:NAME,default}``: DATA_ROOT,
   IMAGENET_ROOT, IMAGENET100_ROOT ...) unset, so each root is its default, ``data/<dataset>``, relative
@@ -48,19 +53,20 @@ from typing import Any, Callable, Iterator
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tokenizers import Tokenizer
 
 from skipless.config import CONFIG_DIR, ConfigError, load_config, load_group
 from skipless.data.generator.fake_layouts import FakeSizes, check_sizes, write_fake_datasets
+from skipless.data.generator.fake_text import write_fake_c4, write_fake_tasks
+from skipless.models.causal_lm import LM_ARCHS
 
 from .experiment import EVAL_ENTRIES, FINETUNE, RUN_ENTRIES, Experiment
 from .gpu_hours import Estimate, estimate, peak_tflops
 from .jobs import PLACE_KEYS, REPO, Job, error_line, plan
 
 FULL = "full"
-# Entries the pre-flight cannot run yet (the language model of seed 000's App. A.8 and its zero-shot scoring):
-# an experiment using one is refused in one sentence (run_preflight).
-NOT_COVERED = ("lm", "zeroshot")
 EXPORT_EPOCH = 1  # the epoch the pre-flight's steps are, and the backbone-epoch<N>.pt every evaluation reads
+LM = "lm"  # the language model (seed 000's App. A.8): step-based, it writes backbone.pt at its last step
 # A fixed mmap threshold turns off glibc's dynamic one, so large freed blocks go back to the system and a CPU
 # step's resident set starts from what is live (step_meter.py measures the memory a step adds from there).
 CPU_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -119,7 +125,7 @@ def check_preflight(settings: DictConfig) -> FakeSizes:
                           "(PREFLIGHT_BATCH=2) or null")
     if not (isinstance(settings.steps, int) and settings.steps >= 1):
         raise ConfigError(f"preflight.steps={settings.steps}: expected a positive number of optimizer steps")
-    for entry in (e for e in (*RUN_ENTRIES, *EVAL_ENTRIES) if e not in NOT_COVERED):
+    for entry in (*RUN_ENTRIES, *EVAL_ENTRIES):
         words = settings[entry]
         if not all(isinstance(w, str) and re.fullmatch(r"[\w.\-]+=.*", w) for w in words):
             raise ConfigError(f"preflight.{entry}: expected a list of key=value overrides, got {list(words)!r}")
@@ -137,6 +143,12 @@ def check_preflight(settings: DictConfig) -> FakeSizes:
 
 def _without(words: tuple[str, ...], keys: tuple[str, ...]) -> list[str]:
     return [w for w in words if w.split("=", 1)[0] not in keys]
+
+
+def export_of(entry: str) -> str:
+    """The backbone file a training of ``entry`` writes for its evaluations in the pre-flight: the epoch-1 export,
+    or the language model's ``backbone.pt`` (written at its last step; it has no epochs)."""
+    return "backbone.pt" if entry == LM else f"backbone-epoch{EXPORT_EPOCH}.pt"
 
 
 def _steps_in_one_process(batch: int, steps: int, global_batch: bool) -> list[str]:
@@ -157,9 +169,10 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
         cfg = load_config(job.entry, full)
         batch = settings.batch or (int(cfg.train.batch_size_per_device) if torch.cuda.is_available() else 2)
         steps = int(settings.steps)
+        epoch = [] if job.entry == LM else [f"train.limit_train_batches={steps}",
+                                            f"train.export_epochs=[{EXPORT_EPOCH}]"]
         words = [*full, *settings[job.entry], *_steps_in_one_process(batch, steps, "global_batch" in cfg.train),
-                 f"train.limit_train_batches={steps}", f"train.export_epochs=[{EXPORT_EPOCH}]",
-                 *(w for w in job.overrides if w.split("=", 1)[0] in ("run.root", "run.name"))]
+                 *epoch, *(w for w in job.overrides if w.split("=", 1)[0] in ("run.root", "run.name"))]
         meter = folder / "meters" / f"{job.name}.json"
         run_dir = folder / job.run_dir
         runs[job.name] = Check(job, [sys.executable, str(REPO / "paper" / "step_meter.py"), job.entry, str(meter), *words],
@@ -169,7 +182,7 @@ def preflight_checks(jobs: list[Job], settings: DictConfig, folder: Path) -> lis
         same: dict[tuple[str, ...], Check] = {}  # an evaluation's command without its out=: the check that runs it
         for job in jobs:
             if job.kind == "eval" and job.depends == (name,):
-                backbone = check.run_dir / f"backbone-epoch{EXPORT_EPOCH}.pt"
+                backbone = check.run_dir / export_of(check.job.entry)
                 words = [*_without(job.overrides, ("ckpt", "out")), *settings[job.entry], f"ckpt={backbone}"]
                 if job.entry == FINETUNE:  # a training too: its steps at the pre-flight's batch, in one process
                     words += _steps_in_one_process(check.batch, int(settings.steps), True)
@@ -196,6 +209,46 @@ def write_data(folder: Path, sizes: FakeSizes, settings: DictConfig) -> None:
     default = default if default.is_absolute() else REPO / default
     default.mkdir(parents=True, exist_ok=True)  # generated there on first use, as any run of the default does
     (folder / "data" / "default").symlink_to(default, target_is_directory=True)
+
+
+def write_text_data(folder: Path, checks: list[Check], settings: DictConfig) -> list[str]:
+    """The language model's fake data, where the experiment trains one (``fake_text.py``): C4's layout at each
+    training's data root (relative roots under ``folder``), as many shards as its recipe reads (``data.shards``,
+    ``data.val_shards``; 2 and 1 where null, every shard) holding enough words for its steps x sequences x
+    ``context + 1`` tokens (a word is at least one token) and two validation windows; the five zero-shot tasks
+    in ``data/lm-val`` (``preflight.text.task_items`` items each); and ``data/text-cache/downloads`` linking the
+    repository's, so the pinned downloads (GPT-2's vocabulary files) are fetched once, not per pre-flight.
+    Returns the lines said."""
+    lms = [c for c in checks if c.job.entry == LM]
+    if not lms:
+        return []
+    text = settings.text
+    downloads = folder / "data" / "text-cache" / "downloads"
+    shared = REPO / "data" / "text-cache" / "downloads"
+    shared.mkdir(parents=True, exist_ok=True)
+    downloads.parent.mkdir(parents=True, exist_ok=True)
+    if not downloads.exists():
+        downloads.symlink_to(shared, target_is_directory=True)
+    roots: dict[Path, tuple[int, int, int, int]] = {}
+    for check in lms:
+        cfg = load_config(LM, _without(check.job.overrides, PLACE_KEYS))
+        context = int(cfg.model.context or LM_ARCHS[str(cfg.model.arch)]["context"])
+        root = Path(str(cfg.data.root))
+        root = root if root.is_absolute() else folder / root
+        need = (check.batch or 1) * int(settings.steps) * (context + 1)
+        train_words, val_words = math.ceil(1.1 * need), math.ceil(1.1 * 2 * (context + 1))
+        old = roots.get(root, (0, 0, 0, 0))
+        roots[root] = (max(old[0], int(cfg.data.shards or 2)), max(old[1], int(cfg.data.val_shards or 1)),
+                       max(old[2], train_words), max(old[3], val_words))
+    lines = []
+    for root, (shards, val_shards, train_words, val_words) in roots.items():
+        write_fake_c4(root, shards, val_shards, train_words, val_words, int(text.seed))
+        lines.append(f"fake C4 ({shards} train shards, {train_words:,} words; {val_shards} validation shard(s), "
+                     f"{val_words:,} words) in {root}")
+    if any(c.job.entry == "zeroshot" for c in checks):
+        tasks = write_fake_tasks(folder / "data" / "lm-val", int(text.task_items), int(text.seed))
+        lines.append(f"fake zero-shot tasks ({text.task_items} items each, the original releases' layouts) in {tasks}")
+    return lines
 
 
 def run_command(command: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[int, float, float, int]:
@@ -225,11 +278,12 @@ def run_check(check: Check, folder: Path, env: dict[str, str]) -> None:
     """Run one job in the pre-flight's folder and record its outcome in ``check``."""
     log = folder / "logs" / f"{check.job.name}.log"
     code, check.seconds, check.cpu_seconds, check.peak_rss_bytes = run_command(check.command, folder, env, log)
-    outputs_missing = check.job.kind == "run" and not (check.run_dir / f"backbone-epoch{EXPORT_EPOCH}.pt").is_file()
+    export = export_of(check.job.entry)
+    outputs_missing = check.job.kind == "run" and not (check.run_dir / export).is_file()
     results_missing = check.job.result and not list(folder.glob(check.job.result))
     check.status = "passed" if code == 0 and not outputs_missing and not results_missing else "failed"
     if check.status == "failed":
-        missing = "backbone-epoch1.pt" if outputs_missing else "result"
+        missing = export if outputs_missing else "result"
         check.error = error_line(log) if code else f"exited 0 but wrote no {missing}"
     if check.meter is not None and check.meter.is_file():
         check.steps = json.loads(check.meter.read_text())["steps"]
@@ -239,7 +293,15 @@ def estimate_of(check: Check, settings: DictConfig, variables: list[str]) -> Est
     """The GPU-hours of the training's full recipe (its config before the pre-flight's changes)."""
     with unset(variables):
         cfg = load_config(check.job.entry, _without(check.job.overrides, (*PLACE_KEYS, "train.export_epochs")))
-        return estimate(check.job.entry, cfg, OmegaConf.to_container(settings, resolve=True))
+        return estimate(check.job.entry, cfg, OmegaConf.to_container(settings, resolve=True),
+                        vocab=run_vocabulary(check.run_dir) if check.job.entry == LM else None)
+
+
+def run_vocabulary(run_dir: Path | None) -> int | None:
+    """The vocabulary of the tokenizer a language-model run trained with (its copy in ``<run>/tokenizer/``), None
+    where the run has none."""
+    path = None if run_dir is None else run_dir / "tokenizer" / "tokenizer.json"
+    return Tokenizer.from_file(str(path)).get_vocab_size() if path is not None and path.is_file() else None
 
 
 def drop_weights(run_dir: Path) -> None:
@@ -267,7 +329,7 @@ def line_of(check: Check) -> str:
                         f"({_mb(added / max(step['images'], 1))} MB/image at batch {step['images']})")
     if isinstance(check.estimate, Estimate):
         e = check.estimate
-        parts.append(f"{gflop_text(e.flop_per_image)} GFLOP/image x {e.epochs} epochs x {e.train_images:,} images = "
+        parts.append(f"{gflop_text(e.flop_per_image)} GFLOP/{e.unit} x {e.counts_text()} = "
                      f"{hours_text(e.hours)} GPU-hours ({e.gpu}, MFU {e.mfu:.0%})")
     elif check.estimate:
         parts.append(check.estimate)
@@ -300,7 +362,7 @@ def table(checks: list[Check]) -> list[str]:
             c.name, _cell(f"{c.status}: {c.error}" if c.error else c.status),
             f"{c.seconds:.0f}", f"{c.cpu_seconds:.0f}", str(c.batch or "-"), f"{step['seconds']:.2f}" if step else "-",
             _mb(per_image), _mb(c.peak_rss_bytes or None), gflop_text(e.flop_per_image) if e else "-",
-            f"{e.epochs} x {e.train_images:,}" if e else "-",
+            f"{e.epochs:,} x {e.train_images:,}" + ("" if e.unit == "image" else f" {e.unit}s") if e else "-",
             hours_text(e.hours) if e else (_cell(c.estimate) if isinstance(c.estimate, str) else "-")]) + " |")
     hours = sum(c.estimate.hours for c in checks if isinstance(c.estimate, Estimate))
     passed = sum(c.status == "passed" for c in checks)
@@ -340,7 +402,11 @@ def write_tables(folder: Path, experiment: Experiment, checks: list[Check], sett
         f"- GPU-hours: an estimate, not a measurement: epochs x the real train set x the step's FLOPs per image "
         f"(skipless/flops.py: matrix products, training as 3 x forward) / ({settings.gpu}'s dense bf16 peak x MFU: "
         f"{mfu}). "
-        "Evaluations, monitors and data stalls are not counted.", ""]
+        "Evaluations, monitors and data stalls are not counted.",
+        *([f"- The language model: an \"image\" is a sequence of its context's tokens (batch, MB/image), its "
+           "estimate steps x sequences per step x FLOPs per sequence (the T x T attention square counted whole); "
+           f"its MFU ({float(settings.mfu.lm):.0%}) is an assumption, not a measurement (configs/paper.yaml)."]
+          if any(c.job.entry == LM for c in checks) else []), ""]
     path = folder / "preflight.md"
     path.write_text("\n".join(notes + table(checks)) + "\n")
     records = [{"job": c.job.name, "covers": c.covers, "kind": c.job.kind, "status": c.status, "error": c.error, "seconds": c.seconds,
@@ -359,11 +425,6 @@ def run_preflight(cfg: DictConfig, experiment: Experiment, experiments: Path,
                   say: Callable[[str], None] = print) -> dict[str, Any]:
     """Plan the experiment's full scale, write the fake datasets, run every job, say and write the table."""
     settings = cfg.preflight
-    unsupported = sorted({experiment.runs.entry, *(e.entry for e in experiment.evaluations.values())} & set(NOT_COVERED))
-    if unsupported:
-        raise ConfigError(f"PREFLIGHT=1 does not cover the entries {', '.join(unsupported)} of {experiment.name} yet (no "
-                          "fake C4 shards or task files, no GPU-hours per token); DRY=1 lists its jobs, their steps "
-                          "and batches, and `make lm ... train.max_steps=2` runs one cell's model for two steps")
     sizes = check_preflight(settings)
     folder = (Path(settings.root) / f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     jobs, skipped = plan(experiment, FULL, folder, [], list(cfg.exports[FULL]))
@@ -381,6 +442,9 @@ def run_preflight(cfg: DictConfig, experiment: Experiment, experiments: Path,
     write_data(folder, sizes, settings)
     say(f"fake datasets ({sizes.train} train + {sizes.val} val images each, {sizes.classes} classes) in "
         f"{folder / 'data'}; unset for every job: {', '.join(variables)}")
+    with unset(variables):
+        for line in write_text_data(folder, checks, settings):
+            say(line)
     env = job_environment(variables)
     failed: set[str] = set()
     for i, check in enumerate(checks):

@@ -2,7 +2,7 @@
 (by its path: the pre-flight runs it in its own folder, where the checkout is not on the path; it imports only
 ``skipless``).
 
-It runs the entry point's own ``main`` (``skipless.pretrain`` or ``skipless.train``) with the same
+It runs the entry point's own ``main`` (``skipless.pretrain``, ``skipless.train`` or ``skipless.lm``) with the same
 overrides, adding one callback, ``StepMeter``, which writes ``meter.json``: each optimizer step's
 seconds and images, and the memory each step added.
 
@@ -31,17 +31,18 @@ from typing import Any, Sequence
 import lightning.pytorch as pl
 import torch
 
-from skipless import pretrain, train
+from skipless import lm, pretrain, train
 from skipless.training.micro_batches import MicroBatches
 
-ENTRIES = {"pretrain": pretrain.main, "train": train.main}
+ENTRIES = {"pretrain": pretrain.main, "train": train.main, "lm": lm.main}
 PROC = Path("/proc/self")
 
 
 def batch_images(batch: Any) -> int:
     """The images of a batch: the first dimension of its first tensor (DINO: a list of crops, each
-    ``(B, 3, H, W)``; supervised: ``(images, labels)``; MAE: images), summed over the micro-batches of an
-    accumulated step (``MicroBatches``)."""
+    ``(B, 3, H, W)``; supervised: ``(images, labels)``; MAE: images; the language model: ``(B, context + 1)``
+    token windows, so its "images" are sequences), summed over the micro-batches of an accumulated step
+    (``MicroBatches``)."""
     if isinstance(batch, MicroBatches):
         return sum(batch_images(part) for part in batch)
     if isinstance(batch, torch.Tensor):

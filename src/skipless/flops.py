@@ -18,6 +18,12 @@ forward only, on the two global crops. The step's FLOPs per image are therefore
     supervised:  3 * (backbone + linear head)
     MAE:         3 * (encoder on CLS + the K = int(N (1 - mask_ratio)) visible patches
                       + decoder on CLS + all N patches + the U-Net skips)
+    LM:          3 * the causal LM on one window of ``context`` tokens, per sequence (``lm_step_flops``)
+
+The language model (seed 000's App. A.8) is counted per sequence, on the meta device (shapes only, no weights
+drawn): per block ``2 T (4 d^2 + 3 d h)`` for the attention's four and SwiGLU's three matrices, ``2 x 2 T^2 d``
+for ``Q K^T`` and ``A V`` over the whole ``T x T`` square (what the explicit path multiplies; a causal flash
+kernel skips about half of it), and ``2 T d V`` for the tied head; the embedding lookup is no product.
 
 MAE's count is its one forward pass as ``MaskedAutoencoder`` runs it: the patch embedding sees all N
 patches (masking follows it, as in MAE), the encoder blocks CLS and the K visible tokens; the decoder's
@@ -41,6 +47,7 @@ from timm.models.vision_transformer import Attention
 from torch.utils.flop_counter import FlopCounterMode
 
 from skipless.models.attention import use_explicit_attention
+from skipless.models.causal_lm import create_causal_lm
 from skipless.pretrain import backbone_factory
 from skipless.ssl import METHODS
 from skipless.ssl.dino.module import DINO
@@ -159,3 +166,14 @@ def mae_step_flops(cfg: DictConfig) -> int:
     size = int(cfg.mae.input_size)
     module = METHODS["mae"].module(cfg, partial(backbone_factory, cfg))
     return 3 * forward_flops(module.net, torch.zeros(1, 3, size, size))
+
+
+def lm_step_flops(args: dict, context: int) -> int:
+    """Training FLOPs per sequence of ``context`` tokens of a causal LM built from ``args``
+    (``create_causal_lm``'s keyword arguments, ``arch`` included): 3 x one forward pass, counted on the meta
+    device (the module docstring)."""
+    build = {**args, "init": "fla"}  # the sizes only: the paper's init needs real tensors
+    with torch.device("meta"):
+        model = create_causal_lm(**build)
+        tokens = torch.zeros(1, int(context), dtype=torch.long)
+    return 3 * forward_flops(model, tokens)
