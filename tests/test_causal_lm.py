@@ -359,3 +359,28 @@ def test_the_random_floor_of_an_lm_is_an_lm_of_the_same_arguments():
     args = tiny("skipless").skipless_args
     floor = spec_model(BackboneSpec("random", None, None, dict(args), "random"), seed=0)
     assert isinstance(floor, CausalLM) and floor.skipless_args == args
+
+
+def test_the_rmsnorm_computes_in_float32_and_takes_a_bf16_input_without_the_fused_kernels_dtype_warning():
+    """Under bf16 autocast a block's input is bf16 and the norm's weight float32: the norm is computed in float32
+    (as fla's) and returned in bf16; in float32 it is nn.RMSNorm itself."""
+    import warnings
+
+    from skipless.models.block import rms_norm
+
+    torch.manual_seed(0)
+    norm = rms_norm(64)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 5, 64) * 40
+    plain = torch.nn.RMSNorm(64, eps=norm.eps)
+    plain.load_state_dict(norm.state_dict())
+    torch.testing.assert_close(norm(x), plain(x), rtol=0, atol=0)
+    low = x.bfloat16()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = norm(low)
+    ms = low.double().pow(2).mean(-1, keepdim=True)
+    want = (low.double() / (ms + norm.eps).sqrt() * norm.weight.double()).bfloat16()
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.double(), want.double(), rtol=2 ** -7, atol=0)

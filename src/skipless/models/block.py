@@ -40,7 +40,20 @@ RESIDUAL_MODES = ("skip", "skipless", "decayed", "attn-skip", "mlp-skip", "scale
 NORMS = ("layernorm", "none")  # the ViT's pre-norms: timm's LayerNorm, or none (norm1, norm2 are identities)
 RMS_NORM = "rmsnorm"  # the causal LM's pre-norms (block norm only; the ViT keeps NORMS)
 RMS_EPS = 1e-6  # flash-linear-attention's norm_eps (TransformerConfig), the LM's anchor
-rms_norm = partial(nn.RMSNorm, eps=RMS_EPS)  # weight only, no bias (as fla's RMSNorm)
+
+
+class FloatRMSNorm(nn.RMSNorm):
+    """``nn.RMSNorm`` computed in float32 (float64 stays float64) and returned in its input's dtype (as fla's fused
+    RMSNorm computes it).
+    Under bf16 autocast a block's input is bf16 and the weight float32: ``torch.rms_norm`` cannot take that pair
+    to its fused kernel (it warns and falls back), and the mean square of bf16 numbers loses precision. In float32
+    and float64 the cast is a no-op: the output is ``nn.RMSNorm``'s."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.to(torch.promote_types(x.dtype, torch.float32))).to(x.dtype)
+
+
+rms_norm = partial(FloatRMSNorm, eps=RMS_EPS)  # weight only, no bias (as fla's RMSNorm)
 SQRT_HALF = math.sqrt(0.5)  # the scaled modes' constant (seeds/002 Table 3b)
 
 
