@@ -43,6 +43,8 @@ def cell_states(folder: Path, jobs: list[Job], skipped: list[dict[str, Any]]) ->
     for job in jobs:
         record = {"evaluation": job.evaluation if job.kind == "eval" else RUNS, "labels": job.labels, "job": job.name,
                   "collapsed": collapse_of(folder, job, runs)}
+        if job.kind == "run":  # a history reads the run's curves, also when it stopped (diverged)
+            record["run_dir"] = folder / job.run_dir
         state = job_state(folder, job)
         if state == "done":
             files = result_files(folder, job) if job.kind == "eval" else [folder / job.run_dir / "summary.json"]

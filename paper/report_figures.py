@@ -183,13 +183,14 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
     tags = list(item.get("tags") or ["train/loss"])
     by_epoch = item.get("x") == "epoch"
     panels = list(item.get("panels") or [])
-    runs = [r for r in records if r["evaluation"] == RUNS and r["state"] == "done"]
+    runs = [r for r in records if r["evaluation"] == RUNS and (r["state"] == "done" or stopped_with_curves(r))]
     curves = {}  # job -> tag -> [(x, value)]
     for r in runs:
+        where = r["file"].parent if r["state"] == "done" else r["run_dir"]
         if by_epoch:
-            curves[r["job"]] = {t: sorted(m.items()) for t, m in epoch_means(r["file"].parent, tags).items()}
+            curves[r["job"]] = {t: sorted(m.items()) for t, m in epoch_means(where, tags).items()}
         else:
-            curves[r["job"]] = read_scalars(r["file"].parent, tags)
+            curves[r["job"]] = read_scalars(where, tags)
     panel_combos = combos(runs, panels, experiment, RUNS) or [()]
     shape = (len(tags), len(panel_combos)) if panels else (1, len(tags))  # without panels: the tags side by side
     fig, axes = plt.subplots(*shape, figsize=(4.5 * shape[1], 3.6 * shape[0]), squeeze=False)
@@ -202,7 +203,7 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
                 points = curves[r["job"]][tag]
                 if points:
                     ax.plot([p[0] for p in points], [p[1] for p in points],
-                            label="/".join(v for a, v in r["labels"].items() if a not in panels),
+                            label="/".join(v for a, v in r["labels"].items() if a not in panels) + stopped_mark(r),
                             marker="o" if len(points) < 30 else None, markersize=3)
             target = reach_target(item, runs, curves, dict(zip(panels, pc)), tag)
             if target is not None:  # the baseline's last value, which the reach table's line must come down to
@@ -215,7 +216,7 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
     figure = folder / experiment.name / "figures" / f"{index:02d}-history.png"
     save_figure(fig, figure)
     shown = f"![history](figures/{figure.name})\n\n"
-    labels = {r["job"]: "/".join(r["labels"].values()) + collapsed_mark(r) for r in runs}
+    labels = {r["job"]: "/".join(r["labels"].values()) + collapsed_mark(r) + stopped_mark(r) for r in runs}
     if not by_epoch:
         body = [[labels[r["job"]], *(curves[r["job"]][t][-1][1] if curves[r["job"]][t] else None for t in tags)]
                 for r in runs]
@@ -232,6 +233,21 @@ def history_section(item: dict[str, Any], records: list[dict[str, Any]], experim
         shown += (f"The mean {tag} of each run over an epoch, at epochs {', '.join(map(str, columns))}:\n\n"
                   + markdown_table(["run", *map(str, columns)], body, float_format=".4g") + "\n\n")
     return shown.rstrip() + collapse_notes(runs)
+
+
+def stopped_with_curves(record: dict[str, Any]) -> bool:
+    """A training run that failed (a diverged one: training/divergence.py) and left TensorBoard curves: a history
+    draws them up to where it stopped (seeds/002 Sec. 4.3's unstable alpha_min, Table 7's skipless-plain)."""
+    run_dir = record.get("run_dir")
+    return record["state"] == "failed" and run_dir is not None and any(Path(run_dir).glob("tb/events.out.tfevents.*"))
+
+
+def stopped_mark(record: dict[str, Any]) -> str:
+    """`` (diverged at step N)`` / `` (failed)`` after a stopped run's label, nothing after a finished one's."""
+    if record["state"] == "done":
+        return ""
+    text = cell_text(record, "", None)
+    return f" ({text})"
 
 
 def first_step_at_most(points: list[tuple[int, float]], target: float) -> int | None:
@@ -271,7 +287,7 @@ def reach_table(item: dict[str, Any], runs: list[dict[str, Any]], curves: dict, 
         name = "/".join(pc) or "all"
         if target is None or run is None:
             missing = baseline if target is None else line
-            rows.append([name, None, None, None, None, f"no finished {missing} run with a finite {tag}"])
+            rows.append([name, None, None, None, None, f"no {missing} run with a finite last {tag}"])
             continue
         step = first_step_at_most(curves[run["job"]][tag], target[1])
         if step is None:

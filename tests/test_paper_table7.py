@@ -186,14 +186,24 @@ def test_the_history_gives_the_steps_the_initialised_model_needs_to_reach_the_ba
             for k, value in enumerate(values):
                 writer.add_scalar("val/loss", value, 40 * k)
                 writer.add_scalar("val/perplexity", 2.0 ** value, 40 * k)
-        records.append({"evaluation": "runs", "state": "done", "file": run_dir / "summary.json",
+        records.append({"evaluation": "runs", "state": "done", "file": run_dir / "summary.json", "run_dir": run_dir,
                         "labels": {"model": model, "lr": lr}, "job": f"lm-{model}-{lr}", "collapsed": None})
+    diverged = tmp_path / "plain"  # a run that stopped: its curve up to the stop, its label says where
+    with SummaryWriter(str(diverged / "tb")) as writer:
+        writer.add_scalar("val/loss", 8.0, 0)
+        writer.add_scalar("val/loss", 7.5, 40)
+    records.append({"evaluation": "runs", "state": "failed", "run_dir": diverged, "collapsed": None,
+                    "error": "error: training diverged at step 57 (loss nan) for model skipless-plain",
+                    "labels": {"model": "skipless-plain", "lr": "1e-3"}, "job": "lm-plain"})
+    records.append({"evaluation": "runs", "state": "failed", "run_dir": tmp_path / "never", "collapsed": None,
+                    "error": "error: x", "labels": {"model": "skipless-plain", "lr": "3e-3"}, "job": "lm-never"})
     (tmp_path / "table7").mkdir()
     text = history_section(item, records, experiment, tmp_path, 2)
     assert "The steps skipless+init needs to reach skip's last val/loss (the dotted line):" in text
     assert "| 1e-3 | 4.5 | 120 | 80 | 0.67x | holds (1x steps or fewer) |" in text
     assert "| 3e-3 | 4 | 120 | - | - | not reached by step 120 |" in text
-    assert "| 5e-4 | - | - | - | - | no finished skip run with a finite val/loss |" in text
+    assert "| 5e-4 | - | - | - | - | no skip run with a finite last val/loss |" in text
+    assert "| skipless-plain/1e-3 (diverged at step 57) | 7.5 |" in text and "skipless-plain/3e-3" not in text
     assert (tmp_path / "table7" / "figures" / "02-history.png").stat().st_size > 0
 
 
