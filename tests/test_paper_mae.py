@@ -13,7 +13,8 @@ from skipless.config import load_config
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = (DOCS / "paper.md", DOCS / "evaluators.md")  # the papers' numbers beside the commands
-MAE = ("mae-table2", "mae-table3", "mae-table4", "mae-figure3", "mae-figure5", "mae-zero-init", "mae-figure2")
+MAE = ("mae-table2", "mae-table3", "mae-table4", "mae-figure3", "mae-figure5", "mae-zero-init", "mae-figure2",
+       "mae-instability")
 
 
 def _cfg(job):
@@ -74,16 +75,18 @@ def test_mae_experiments_share_one_training_per_config_at_every_scale(tmp_path):
                     runs.setdefault(job.config_hash, set()).add((name, job.labels.get("arch", "vit_base"),
                                                                  job.labels.get("alpha_min", job.labels.get("config"))))
         shared = next(cells for cells in runs.values() if ("mae-table2", "vit_base", "0.6") in cells)
-        expected = {"mae-table2", "mae-table3", "mae-figure3", "mae-figure5", "mae-zero-init"}
+        expected = {"mae-table2", "mae-table3", "mae-figure3", "mae-figure5", "mae-zero-init", "mae-instability"}
         if scale != "full":  # ImageNet-1k is Table 4's own data at full scale; the demo has one dataset
             expected.add("mae-table4")
         assert {c[0] for c in shared} == expected, scale
         assert ("mae-table3", "vit_base", "both") in shared
-    # full: 14 of Table 2, 5 more ablations, 3 without the zero-init, 4 on ImageNet-1k, 2 with the plain pixel loss
-    assert len(runs) == 28
+    # full: 14 of Table 2, 5 more ablations, 3 without the zero-init, 4 on ImageNet-1k, 2 with the plain pixel loss,
+    # 2 at the unstable alpha_min (Sec. 4.3)
+    assert len(runs) == 30
 
 
-def test_the_zero_init_ablation_and_figure2_train_what_the_seed_describes(tmp_path):
+def test_the_zero_init_ablation_and_figure2_train_what_the_seed_describes(tmp_path, monkeypatch):
+    monkeypatch.delenv("IMAGENET100_ROOT", raising=False)
     jobs, _ = plan(load_experiment("mae-zero-init"), "full", tmp_path)
     runs = {j.name: _cfg(j) for j in jobs if j.kind == "run"}
     assert sorted(runs) == [f"pretrain-{a}-{z}" for a in ("0.5", "0.6", "0.7") for z in ("off", "on")]
@@ -99,6 +102,26 @@ def test_the_zero_init_ablation_and_figure2_train_what_the_seed_describes(tmp_pa
     assert all(c.mae.norm_pix_loss is False and c.mae.reconstructions_every_n_epochs > 0 for c in runs.values())
     assert (runs["pretrain-mae"].model.residual, runs["pretrain-mae"].mae.unet_skips) == ("skip", False)
     assert runs["pretrain-decayed"].model.alpha_min == 0.6 and runs["pretrain-decayed"].data.name == "imagenet"
+    # Sec. 4.2: the reconstructions are ImageNet-100's (the root's default when $IMAGENET100_ROOT is unset)
+    assert all(str(c.data.root) == "data/imagenet100/train" for c in runs.values())
+
+
+def test_the_instability_cells_are_table2s_vit_b_runs_and_two_lower_alpha_mins_with_their_norm_histories(tmp_path):
+    """Sec. 4.3: alpha_min 0.4 and 0.3 beside Table 2's 0.6 and 0.5 (the same trainings), with the curves that
+    show instability: the loss, the first and last blocks' gradient norms, the last block's token norm."""
+    jobs, _ = plan(load_experiment("mae-instability"), "full", tmp_path)
+    runs = {j.labels["alpha_min"]: j for j in jobs if j.kind == "run"}
+    assert sorted(runs) == ["0.3", "0.4", "0.5", "0.6"]
+    for alpha, job in runs.items():
+        cfg = _cfg(job)
+        assert (cfg.model.arch, cfg.model.residual, cfg.model.alpha_min, cfg.train.epochs) == (
+            "vit_base", "decayed", float(alpha), 800) and cfg.diagnostics.signals_every_n_steps > 0
+    table2, _ = plan(load_experiment("mae-table2"), "full", tmp_path)
+    shared = {j.run_dir for j in table2 if j.kind == "run"} & {j.run_dir for j in runs.values()}
+    assert shared == {runs["0.6"].run_dir, runs["0.5"].run_dir}
+    tags = [t for item in load_experiment("mae-instability").report if item["kind"] == "history" for t in item["tags"]]
+    assert tags == ["train/loss", "watch/signals/grad_norm/block0", "watch/signals/grad_norm/block11",
+                    "watch/signals/token_norm/block11"]
 
 
 def test_run_images_stand_side_by_side_with_the_newest_of_each_run(tmp_path):
