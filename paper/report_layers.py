@@ -24,7 +24,7 @@ from typing import Any
 from skipless.reports.tables import markdown_table
 
 from .experiment import Experiment, axis_names
-from .report_cells import NOT_AT_SCALE, cell_text, chosen_epochs, collapse_notes, collapsed_mark, combos, number, save_figure
+from .report_cells import NOT_AT_SCALE, cell_text, chosen_epochs, collapse_notes, collapsed_mark, combos, save_figure
 from .series import metric_of
 
 
@@ -44,6 +44,11 @@ def block_curves(result: Any, metric: str, curves: dict[str, str | None]) -> dic
     blocks = sorted(per_block, key=int)
     return {label: {int(b): _value(per_block[b] if key is None else metric_of(per_block[b], key)) for b in blocks}
             for label, key in curves.items()}
+
+
+def two_decimals(v: float | None) -> str:
+    """A ln kappa as the paper's Table 3 prints it (6.72); ∞; ``-`` when missing."""
+    return "-" if v is None else "∞" if math.isinf(v) else f"{v:.2f}"
 
 
 def mean_of(values: list[float | None]) -> float | None:
@@ -120,12 +125,10 @@ def layers_section(item: dict[str, Any], records: list[dict[str, Any]], experime
             rows.append([row, state, *("" for _ in blocks)])
             continue
         mean = mean_of([per_block.get(b) for b in blocks])
-        shown = number(mean) if mean is not None else "-"
+        shown = two_decimals(mean)
         if paper is not None and mean is not None:
-            shown += " (∞)" if math.isinf(paper) else f" ({number(paper)}, {mean - paper:+.2f})"
-        rows.append([row, shown + collapsed_mark(found),
-                     *("∞" if v is not None and math.isinf(v) else ("-" if v is None else f"{v:.2f}")
-                       for v in (per_block.get(b) for b in blocks))])
+            shown += " (∞)" if math.isinf(paper) else f" ({two_decimals(paper)}, {mean - paper:+.2f})"
+        rows.append([row, shown + collapsed_mark(found), *(two_decimals(per_block.get(b)) for b in blocks)])
     when = f"Epoch {epoch}. " if epoch is not None else ""
     paper_note = (" The mean cell reads ours (paper, ours - paper) where the paper gives a number; the dotted "
                   "lines are the paper's." if ref_values else "")
