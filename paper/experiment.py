@@ -45,12 +45,12 @@ EVAL_ENTRIES = {name: f"skipless.eval.{name}"
 # Fine-tuning reads a run's backbone as an evaluation does, and trains: its run folder is the evaluation's folder.
 FINETUNE = "finetune"
 EVAL_ENTRIES[FINETUNE] = "skipless.finetune"
-REPORT_KINDS = ("table", "curve", "images", "history", "series")
+REPORT_KINDS = ("table", "curve", "images", "history", "series", "layers")
 _TOP = {"title", "source", "runs", "evaluations", "report"}
 _RUNS = {"entry", "axes", "scales", "epochs"}
 _EVAL = {"entry", "axes", "scales", "result", "metric"}
 _REPORT = {"kind", "title", "evaluation", "metric", "metrics", "best", "rows", "columns", "lines", "epoch", "reference", "images",
-           "tags", "file", "x", "panels", "note", "reach"}
+           "tags", "file", "x", "panels", "note", "reach", "curves", "select"}
 _REACH = {"axis", "line", "baseline", "tag"}
 # What a curve and a history are drawn against, the first by default (report.py): a curve, the blocks of one
 # checkpoint or the checkpoints' epochs; a history, the training step or the epoch (each epoch's mean).
@@ -272,6 +272,10 @@ def _check_report(experiment: Experiment, where: str) -> None:
             if item.get("metrics") is None or item["best"] not in (item.get("rows") or []) or not item.get("metric"):
                 raise _fail(f"{at}.best", "best names one of the table's rows axes, chosen by the item's metric "
                             "(highest) among its metrics' rows")
+        if item["kind"] == "layers":
+            _check_layers(experiment, item, at)
+        elif item.get("curves") is not None or item.get("select") is not None:
+            raise _fail(f"{at}.curves", "curves and select belong to a layers item (a value per block)")
         if item["evaluation"] == RUNS and item["kind"] == "table" and not (item.get("metric") or item.get("metrics")):
             raise _fail(f"{at}.metric", "a report on the runs names its metric, a key of their summary.json")
         allowed_x = X_AXES.get(item["kind"])
@@ -284,3 +288,21 @@ def _check_report(experiment: Experiment, where: str) -> None:
             bad = [a for a in item.get(key) or [] if a not in names]
             if bad:
                 raise _fail(f"{at}.{key}", f"unknown axes {bad}; expected some of {', '.join(sorted(names))}")
+
+
+def _check_layers(experiment: Experiment, item: dict[str, Any], at: str) -> None:
+    """A ``layers`` item (``report_layers.py``): an evaluation's per-block mapping (``metric``), its ``curves``
+    ({label: key of each block's entry}) and ``select`` ({axis: [values]}, the cells drawn)."""
+    if item["evaluation"] == RUNS or not (item.get("metric") or experiment.evaluations[item["evaluation"]].metric):
+        raise _fail(f"{at}.evaluation", "a layers item reads an evaluation's {block: ...} mapping: an evaluation "
+                    "and its metric (embeddings_log_kappa)")
+    curves = item.get("curves")
+    if curves is not None and not (isinstance(curves, dict) and curves and all(isinstance(v, str) for v in curves.values())):
+        raise _fail(f"{at}.curves", "a layers item's curves are a mapping {label: key of each block's entry}")
+    select = item.get("select") or {}
+    values = {a.name: a.values for a in experiment.runs.axes}
+    values.update({a.name: a.values for a in experiment.evaluations[item["evaluation"]].axes})
+    for axis, chosen in select.items():
+        if axis not in values or not isinstance(chosen, list) or not chosen or any(str(v) not in values[axis] for v in chosen):
+            raise _fail(f"{at}.select", f"select maps an axis to a list of its values; {axis}: {chosen!r} is not "
+                        f"among {', '.join(f'{k} {v}' for k, v in values.items())}")

@@ -53,6 +53,7 @@ PLACE_KEYS = ("run.name", "run.root", "run.resume", "run.requeue", "train.checkp
 # one it had, and changes only for a job that sets the key otherwise.
 LATER_KEYS: dict[str, Any] = {
     "model.init_args.qk": None,  # issue 49: Eq. 11's reading, null = head, the one reading before
+    "image_fraction": None,  # issue 50: make conditioning's share of the val split (seeds/003 Fig. 3), null = num_images
 }
 REPO = Path(__file__).resolve().parents[1]
 

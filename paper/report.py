@@ -39,6 +39,11 @@ its numbers, where the paper contradicts itself):
 - ``series``: a value per epoch from a JSON-lines file of each training run (``rank.jsonl``'s effective
   rank, seed 002's Figure 5a; ``diagnostics.jsonl``'s condition numbers, Tables 5-6 as measured during
   training; ``series.py``), at the epochs the evaluations read, beside the paper's (``reference``).
+- ``layers``: quantities an evaluation measured at every block (``metric``, a ``{block: entry}`` mapping, and
+  ``curves``, ``{label: key of the entry}``: make conditioning's ``embeddings_log_kappa``, seed 003's Figs. 1b,
+  3 and 5), a curve per cell and label against the block, a panel per ``panels`` combination, ``select`` keeping
+  the cells the paper's figure shows; tabulated per block with the mean over the blocks beside the paper's
+  (``reference.values``; ``report_layers.py``).
 
 A table whose ``rows`` or ``columns`` name ``epoch`` is one table over the epochs chosen (Tables 5-6,
 Figure 5b: one column per checkpoint); otherwise each epoch gets its own table.
@@ -57,6 +62,7 @@ from .experiment import Experiment
 from .jobs import Job, job_state, read_marker
 from .report_cells import cell_states, table_section
 from .report_figures import curve_section, history_section, images_section, series_part
+from .report_layers import layers_section
 
 
 def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Job],
@@ -78,6 +84,8 @@ def write_report(folder: Path, experiment: Experiment, scale: str, jobs: list[Jo
             parts.append(history_section(item, records, experiment, folder, i))
         elif item["kind"] == "series":
             parts.append(series_part(item, records, experiment, folder, i))
+        elif item["kind"] == "layers":
+            parts.append(layers_section(item, records, experiment, folder, i))
         else:
             parts.append(images_section(item, records, folder / experiment.name))
         parts.append("")

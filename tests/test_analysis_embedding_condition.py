@@ -132,3 +132,44 @@ def test_what_a_kernel_leaves_for_exact_zeros_is_zero(monkeypatch):
 def test_unknown_block_is_a_user_error():
     with pytest.raises(FeatureRequestError, match="out of range"):
         embedding_conditions(small_vit("skip"), torch.randn(2, 3, 32, 32), blocks=5)
+
+
+def test_chunks_of_images_give_the_mean_over_every_image(monkeypatch):
+    """Seed 003's 10% of a val split goes through the blocks CHUNK images at a time: the same means."""
+    import skipless.analysis.embedding_condition as module
+
+    model = small_vit("skip")
+    images = torch.randn(5, 3, 32, 32)
+    whole = embedding_conditions(model, images)
+    monkeypatch.setattr(module, "CHUNK", 2)
+    chunked = embedding_conditions(model, images)
+    for i in whole:
+        for name in EMBEDDINGS:
+            assert chunked[i][name] == pytest.approx(whole[i][name], rel=1e-9)
+
+
+def test_linear_attention_embedding_is_the_explicit_product_of_prop_4_1():
+    """Seed 003's Fig. 3 (upper): the SA output of linear attention, (1/k) X_h W_Q W_K^T X_h^T X_h W_V per head
+    (its Eq. 5 / Prop. 4.1, k = 16), heads concatenated and projected, built here from the block's weights with
+    numpy; its ln kappa and that of X + SA(X) are what the evaluator reports."""
+    model = small_vit("skip", attention="linear")
+    images = torch.randn(2, 3, 32, 32)
+    got = embedding_conditions(model, images)
+    caught = hooked_intermediates(model, images)
+    blk = model.blocks[0]
+    attn = blk.attn
+    heads, d = attn.num_heads, model.embed_dim
+    hd = d // heads
+    w_qkv, b_qkv = attn.qkv.weight.detach().double().numpy(), attn.qkv.bias.detach().double().numpy()
+    w_o, b_o = attn.proj.weight.detach().double().numpy(), attn.proj.bias.detach().double().numpy()
+    x = caught[0]["x"]
+    ln = blk.norm1
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    u = (x - mu) / np.sqrt(var + ln.eps) * ln.weight.detach().double().numpy() + ln.bias.detach().double().numpy()
+    qkv = u @ w_qkv.T + b_qkv
+    q, k, v = qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:]
+    out = np.concatenate([(q[..., h * hd:(h + 1) * hd] @ np.swapaxes(k[..., h * hd:(h + 1) * hd], -1, -2) / 16.0)
+                          @ v[..., h * hd:(h + 1) * hd] for h in range(heads)], axis=-1) @ w_o.T + b_o
+    np.testing.assert_allclose(out, caught[0]["attn"], rtol=1e-4, atol=1e-5)  # float32 forward against float64
+    assert got[0]["attn"] == pytest.approx(numpy_mean_log_kappa(out), rel=1e-3)
+    assert got[0]["attn+skip"] == pytest.approx(numpy_mean_log_kappa(x + out), rel=1e-3)

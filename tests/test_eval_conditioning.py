@@ -135,3 +135,90 @@ def test_a_spectrum_too_large_to_form_is_one_sentence_naming_image_size(small_ru
     err = str(exit_info.value.code)
     assert "image_size for narrow's spectrum" in err and len(err.strip().splitlines()) == 1
     assert not (root / "spectrum-out").exists()
+
+
+# ---- images=run and image_fraction (seeds/003 Fig. 3: "10% validation sets", each run on its own val split) ----
+def pil_val_image(path, size, crop_pct=0.875):
+    """The run's validation transform written out with PIL alone: shorter side to floor(size / crop_pct) (bicubic),
+    centre crop, ImageNet mean and std."""
+    import numpy as np
+    from PIL import Image
+
+    image = Image.open(path).convert("RGB")
+    short = int(size / crop_pct)
+    w, h = image.size
+    w2, h2 = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)
+    image = image.resize((w2, h2), Image.BICUBIC)
+    left, top = int(round((w2 - size) / 2)), int(round((h2 - size) / 2))
+    a = np.asarray(image.crop((left, top, left + size, top + size)), dtype=np.float32) / 255
+    a = (a - np.array([0.485, 0.456, 0.406], dtype=np.float32)) / np.array([0.229, 0.224, 0.225], dtype=np.float32)
+    return torch.from_numpy(a).permute(2, 0, 1)
+
+
+@pytest.fixture(scope="module")
+def supervised_run(tmp_path_factory):
+    """A make train run folder of a 2-block ViT (16 px, patch 8: 5 tokens) on a 20-image default val split."""
+    from omegaconf import OmegaConf
+
+    root = tmp_path_factory.mktemp("conditioning-run")
+    data, _ = tiny_run(root, n_train=4, n_val=20, seed=1, img_size=16)
+    run_dir = root / "runs" / "trained"
+    torch.manual_seed(1)
+    save_backbone(run_dir / "backbone.pt", create_vit("vit_tiny", residual="skip", depth=2, embed_dim=24, num_heads=2,
+                                                      img_size=16, patch_size=8))
+    OmegaConf.save(OmegaConf.create({"data": {"name": "default", "root": str(data)},
+                                     "aug": {"image_size": 16, "eval_crop_pct": 0.875, "interpolation": "bicubic"}}),
+                   run_dir / "config.yaml")
+    return root, data, run_dir
+
+
+def test_images_run_reads_a_fraction_of_the_runs_own_val_split_evenly_spaced(supervised_run):
+    from skipless.analysis.embedding_condition import embedding_conditions
+    from skipless.data.classification.registry import classification_split
+
+    root, data, run_dir = supervised_run
+    run(load_config("conditioning", ["images=run", "image_fraction=0.25", "image_size=224", "measures=[embeddings]",
+                                     "layers=all", f"ckpt={run_dir}", "random_floor=false", f"out={root / 'out'}"]))
+    record = json.loads((root / "out" / "trained" / "conditioning.json").read_text())
+    files = classification_split("default", data, "val").items  # the scenes the default's val split labels
+    count = round(0.25 * len(files))
+    assert record["images"] == count and record["image_size"] == 16 and record["tokens"] == 5  # the run's 16 px
+    picked = [files[i * len(files) // count] for i in range(count)]  # evenly spaced from the first
+    images = torch.stack([pil_val_image(p, 16) for p in picked])
+    expected = embedding_conditions(load_backbone(run_dir / "backbone.pt"), images)
+    for block in ("0", "1"):
+        for name, value in record["embeddings_log_kappa"][block].items():
+            assert value == pytest.approx(expected[int(block)][name], rel=1e-3), (block, name)
+
+
+def test_image_fraction_of_a_folder_spreads_over_its_listing(small_run, tmp_path):
+    from skipless.eval.shared.square_images import evenly_spaced, load_images
+
+    assert evenly_spaced(10, 0.1) == [0, 5]  # at least two
+    assert evenly_spaced(50, 0.1) == [0, 10, 20, 30, 40] and evenly_spaced(7, 1.0) == list(range(7))
+    root, data, _ = small_run
+    names = load_images(cfg_of(root, data, "num_images=4"), fraction=0.5).names
+    every = load_images(cfg_of(root, data, "num_images=4")).names
+    assert names == [every[0], every[2]]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["image_fraction=0"], "image_fraction must be null or a number in (0, 1], got 0"),
+    (["image_fraction=0.5", "images=gaussian"], "expected image_fraction=null with images=gaussian"),
+    (["images=run", "ckpt=random"], "random has no file; expected run folders of make train"),
+])
+def test_bad_image_fraction_or_run_images_is_one_sentence(small_run, extra, message):
+    root, data, run_dir = small_run
+    out = root / "bad-run-images"
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", f"out={out}", *extra])
+    err = str(exit_info.value.code)
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_images_run_without_a_run_config_names_the_folder(small_run):
+    root, data, run_dir = small_run  # a backbone saved by hand: its folder has no config.yaml
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL, "images=run", f"ckpt={run_dir}", "random_floor=false", f"out={root / 'no-config'}"])
+    assert f"lies in {run_dir}, which has no config.yaml" in str(exit_info.value.code)

@@ -49,6 +49,7 @@ from ..shared.devices import resolve_device
 from ..shared.output_dirs import backbones_to_evaluate
 from .conv_blocks import ConvConditioningError, check_conv_settings, run_conv
 from .outputs import report_folder, save_record
+from .run_images import RUN, RunImagesError, check_fraction, run_split
 from .spectrum import block_spectra, dense_block_jacobians, kappas, spectrum_figure
 from ..shared.report import markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
@@ -64,6 +65,7 @@ RULES = {
     "images": optional(text()),
     "roots.default": text(),
     "num_images": integer(2),
+    "image_fraction": optional(number(0, 1, low_open=True, high_open=False)),
     "image_size": integer(1),  # a multiple of the patch: per backbone
     "layers": BLOCKS_OR_ALL,
     "measures": MEASURE_LIST,
@@ -98,12 +100,13 @@ def _tokens(model: torch.nn.Module, size: int) -> int:
     return rows * cols + int(getattr(model, "num_prefix_tokens", 1))
 
 
-def check_backbone(model: torch.nn.Module, spec: BackboneSpec, cfg: DictConfig) -> list[int]:
+def check_backbone(model: torch.nn.Module, spec: BackboneSpec, cfg: DictConfig, size: int | None = None) -> list[int]:
     """What depends on the backbone, before any measurement: its blocks, the image sizes, the dense
-    check's size. Returns the resolved blocks."""
+    check's size. ``size``: the images' side when it is not ``image_size`` (``images=run``: the run's, which
+    its Jacobian images share). Returns the resolved blocks."""
     blocks = diagnosed_blocks(settings_of(cfg).layers, len(model.blocks))
-    n = _tokens(model, int(cfg.image_size))
-    n_j = _tokens(model, int(cfg.jacobian.image_size)) if "jacobian" in cfg.measures else 0
+    n = _tokens(model, int(size or cfg.image_size))
+    n_j = _tokens(model, int(size or cfg.jacobian.image_size)) if "jacobian" in cfg.measures else 0
     if cfg.spectrum:
         check_dense_size(n * model.embed_dim, n * model.embed_dim, int(cfg.dense_max_entries),
                          f"image_size for {spec.name}'s spectrum (spectrum=false keeps the other measures)")
@@ -232,20 +235,22 @@ def figure(results: list[tuple[str, Diagnosis]], path: Path) -> Path | None:
 
 def check_settings(cfg: DictConfig) -> torch.device:
     check_rules(cfg, RULES)
+    check_fraction(cfg)
     return resolve_device(cfg.device)
 
 
 GAUSSIAN = "gaussian"
 
 
-def _load_images(cfg: DictConfig, num: int, size: int) -> torch.Tensor:
-    """``num`` images of ``size`` px: read (``images`` a folder, or the default's val images), or with
-    ``images=gaussian`` standard-normal pixels drawn from ``seed`` (the architecture's own conditioning,
-    with no data: the generated scenes' flat colours make many tokens nearly equal, and J J^T nearly
-    singular with them; docs/results.md)."""
+def _load_images(cfg: DictConfig, num: int, size: int, fraction: float | None = None) -> torch.Tensor:
+    """``num`` images of ``size`` px (or ``fraction`` of them, evenly spaced: ``image_fraction``): read
+    (``images`` a folder, or the default's val images), or with ``images=gaussian`` standard-normal pixels
+    drawn from ``seed`` (the architecture's own conditioning, with no data: the generated scenes' flat colours
+    make many tokens nearly equal, and J J^T nearly singular with them; docs/results.md). ``images=run``
+    is read per backbone (``run_images.py``)."""
     if cfg.images == GAUSSIAN:
         return torch.randn(num, 3, size, size, generator=torch.Generator().manual_seed(int(cfg.seed)))
-    return load_images(OmegaConf.merge(cfg, {"num_images": num, "image_size": size})).x
+    return load_images(OmegaConf.merge(cfg, {"num_images": num, "image_size": size}), fraction).x
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -260,32 +265,48 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             f"ckpt mixes ViT backbones ({names['vit']}) and CNN backbones ({names['timm']}), whose conditioning "
             "measures differ (a ViT's sub-blocks, a CNN's blocks); expected one family per call")
     if families == {"timm"}:
+        if cfg.images == RUN:
+            raise RunImagesError("images=run reads each ViT backbone's own validation split for its embeddings, and "
+                                 "a CNN's blocks are measured on one image shared by every backbone; expected "
+                                 "images=<folder>, gaussian or null with CNN backbones")
         check_conv_settings(cfg)
         models = [load_spec(spec, "cpu", seed=cfg.seed) for spec in specs]
         return run_conv(cfg, specs, models, _load_images(cfg, 1, int(cfg.image_size)), device)
-    images = _load_images(cfg, int(cfg.num_images), int(cfg.image_size))
-    j_images = (_load_images(cfg, int(cfg.jacobian.images), int(cfg.jacobian.image_size))
-                if "jacobian" in cfg.measures else None)
+    fraction = None if cfg.image_fraction is None else float(cfg.image_fraction)
+    from_runs = cfg.images == RUN
+    splits = [run_split(spec) for spec in specs] if from_runs else [None] * len(specs)  # checked before any read
+    shared = None if from_runs else _load_images(cfg, int(cfg.num_images), int(cfg.image_size), fraction)
+    shared_j = (_load_images(cfg, int(cfg.jacobian.images), int(cfg.jacobian.image_size))
+                if "jacobian" in cfg.measures and not from_runs else None)
     models = [load_spec(spec, "cpu", seed=cfg.seed) for spec in specs]
-    for model, spec in zip(models, specs):
-        check_backbone(model, spec, cfg)
+    for model, spec, split in zip(models, specs, splits):
+        check_backbone(model, spec, cfg, None if split is None else split.image_size)
     settings = settings_of(cfg)
-    print(f"conditioning ({', '.join(cfg.measures)}): {images.shape[0]} images at {cfg.image_size} px, blocks "
+    how_many = (f"{shared.shape[0]} images at {cfg.image_size} px" if shared is not None else
+                "each run's own val images (" + (f"{fraction:g} of the split" if fraction is not None
+                                                 else f"its first {cfg.num_images}") + ")")
+    print(f"conditioning ({', '.join(cfg.measures)}): {how_many}, blocks "
           f"{cfg.layers}, Lanczos tol {cfg.solver.tol:g} / {cfg.solver.max_iter} products; backbones: "
           f"{', '.join(s.name for s in specs)}", flush=True)
     results: list[tuple[str, Diagnosis]] = []
     written: dict[str, Any] = {"json": {}, "results": {}}
     spectra: dict[str, Any] = {}
-    for spec, model in zip(specs, models):
+    for spec, model, split in zip(specs, models, splits):
         model = model.to(device)
         start = time.perf_counter()
+        if split is None:
+            images, j_images, size = shared, shared_j, int(cfg.image_size)
+        else:  # images=run: the run's val split at its own size; kappa(J J^T) on the first of them
+            images, size = split.load(fraction, int(cfg.num_images)), split.image_size
+            j_images = images[: int(cfg.jacobian.images)] if "jacobian" in cfg.measures else None
+            print(f"{spec.name}: {images.shape[0]} val images of {split.dataset.name} at {size} px", flush=True)
         if not has_finite_weights(model):
             print(f"{spec.name}: non-finite weights (the model diverged); its condition numbers are ∞, as the "
                   "paper's Table 5 reports them, and the embedding measures are skipped", flush=True)
         d = diagnose(model, images.to(device), settings, None if j_images is None else j_images.to(device),
                      progress=lambda m, n=spec.name: print(f"{n}: {m} ...", flush=True))
         record = {"backbone": spec.name, "args": shown_args(spec.args),
-                  "image_size": int(cfg.image_size), "jacobian_image_size": int(cfg.jacobian.image_size),
+                  "image_size": size, "jacobian_image_size": size if split is not None else int(cfg.jacobian.image_size),
                   "jacobian_images": int(cfg.jacobian.images), "settings": OmegaConf.to_container(cfg, resolve=True),
                   **result_to_json(d)}
         if cfg.dense_check:

@@ -7,7 +7,8 @@ fine-tuning (``make finetune``) reads a ``CKPT`` exactly as every evaluator does
 names from here.
 """
 from skipless.models.backbone_items import (INIT_PREFIX, RANDOM, TIMM_PREFIX, BackboneNotFoundError, BackboneSpec,
-                                            backbone_key, load_spec, newest_run, resolve_backbones, split_items)
+                                            backbone_key, load_spec, newest_run, resolve_backbones, run_config_value,
+                                            split_items)
 
 __all__ = ["INIT_PREFIX", "RANDOM", "TIMM_PREFIX", "BackboneNotFoundError", "BackboneSpec", "backbone_key",
-           "load_spec", "newest_run", "resolve_backbones", "split_items"]
+           "load_spec", "newest_run", "resolve_backbones", "run_config_value", "split_items"]

@@ -1,5 +1,6 @@
 """A few square images for the evaluators that look at a handful (PCA, conditioning): the first
-``num_images`` readable ones of ``images=<folder>`` or of the default's val split.
+``num_images`` readable ones of ``images=<folder>`` or of the default's val split, or (``fraction``, the
+conditioning's ``image_fraction``) that fraction of them, evenly spaced over the listing.
 
 An image that cannot be decoded is skipped and counted: the next readable image takes its row,
 under its own name (a PCA row is never labelled with one file and drawn from another), and the run
@@ -41,10 +42,21 @@ def candidates(cfg: DictConfig) -> tuple[str, list[tuple[str, Path]]]:
     return f"the val images of {cfg.roots.default}", [(i, split.image_dir / f"{i}.jpg") for i in split.ids]
 
 
-def load_images(cfg: DictConfig) -> SquareImages:
-    """The first ``num_images`` readable images, square-cropped to ``image_size`` (module docstring)."""
+def evenly_spaced(total: int, fraction: float) -> list[int]:
+    """``round(fraction * total)`` indices of ``range(total)`` (at least 2, a mean over one image being no protocol;
+    at most ``total``), the ``i``-th ``floor(i total / count)``: spread over a listing that names its classes in
+    order (ImageNet's val/<wnid>/), and the same on every call."""
+    count = min(total, max(2, round(fraction * total)))
+    return [i * total // count for i in range(count)]
+
+
+def load_images(cfg: DictConfig, fraction: float | None = None) -> SquareImages:
+    """The first ``num_images`` readable images, or with ``fraction`` the readable ones of ``evenly_spaced``,
+    square-cropped to ``image_size`` (module docstring)."""
     source, files = candidates(cfg)
-    wanted, size = int(cfg.num_images), int(cfg.image_size)
+    if fraction is not None:
+        files = [files[i] for i in evenly_spaced(len(files), fraction)]
+    wanted, size = (len(files) if fraction is not None else int(cfg.num_images)), int(cfg.image_size)
     names, tensors, skipped = [], [], []
     for name, path in files:
         if len(names) == wanted:
