@@ -1,13 +1,15 @@
-"""Every paper number an experiment file declares (a ``table`` item's ``reference``) is printed in its report
-beside ours, ``ours (paper, ours - paper)``, and the seeds' tables that print top-5 beside top-1 have both in
-their reports (issue 50: seed 003's Tables 2, 4 and 5). The reports are written from made-up results of every
-full-scale cell (``report_cells.table_section``); nothing is planned or run."""
+"""Every paper number an experiment file declares (a ``table``'s or a ``curve``'s ``reference``) is printed in
+its report beside ours, ``ours (paper, ours - paper)``, and the seeds' tables that print top-5 beside top-1 have
+both in their reports (issue 50: seed 003's Tables 2, 4 and 5). The report items are written from made-up
+results of every full-scale cell; nothing is planned or run. Not covered: the ``series`` items (tables5-6), which
+read each run's JSON-lines file."""
 import re
 
 import pytest
 
 from paper.experiment import RUNS, Experiment, known_experiments, load_experiment
 from paper.report_cells import number, paper_at, table_section
+from paper.report_figures import curve_section
 
 OURS = 50.0  # every made-up result; the paper's numbers follow it in brackets
 
@@ -47,18 +49,23 @@ def tables_of(text: str) -> list[tuple[str, list[str], dict[str, list[str]]]]:
     return out
 
 
-def referenced_tables() -> list[tuple[str, int]]:
+def referenced(kind: str, x: str | None, key: str) -> list[tuple[str, int]]:
+    """(experiment, report index) of every ``kind`` item drawn against ``x`` whose ``reference`` has ``key``."""
     return [(name, i) for name in known_experiments() for i, item in enumerate(load_experiment(name).report)
-            if item["kind"] == "table" and (item.get("reference") or {}).get("rows")]
+            if item["kind"] == kind and item.get("x") == x and (item.get("reference") or {}).get(key)]
 
 
-@pytest.mark.parametrize("name,index", referenced_tables())
-def test_every_paper_number_of_a_table_is_printed_beside_ours(name, index):
+@pytest.mark.parametrize("name,index", referenced("table", None, "rows") + referenced("curve", "epoch", "rows"))
+def test_every_paper_number_of_a_table_is_printed_beside_ours(tmp_path, name, index):
+    """A table's reference (``rows`` x ``columns``), and a curve over the epochs', whose numbers the report
+    tabulates a column per epoch."""
     experiment = load_experiment(name)
     item = experiment.report[index]
     ev, ref = item["evaluation"], item["reference"]
     metric = item.get("metric") or experiment.evaluations[ev].metric
-    text = table_section(item, made_up_records(experiment, ev, metric), experiment)
+    records = made_up_records(experiment, ev, metric)
+    text = (table_section(item, records, experiment) if item["kind"] == "table"
+            else curve_section(item, records, experiment, tmp_path, index))
     shown = tables_of(text)
     assert shown, f"{name} report[{index}] printed no table of ours"
     for sentence, header, rows in shown:
@@ -100,3 +107,27 @@ def test_seed003s_top5_columns_are_reported_beside_top1(name):
     assert top5["reference"]["columns"] == [{"val.top1": "val.top5"}.get(c, c) for c in top1["reference"]["columns"]]
     for row, values in top5["reference"]["rows"].items():  # a top-5 is above the same row's top-1
         assert all(five > one for five, one in zip(values, top1["reference"]["rows"][row])), (name, row)
+
+
+@pytest.mark.parametrize("name,index", referenced("curve", None, "values"))
+def test_every_paper_best_block_of_a_curve_is_printed_beside_ours(tmp_path, name, index):
+    """A curve over the blocks: the paper's best block of each line beside ours (``reference.values``)."""
+    experiment = load_experiment(name)
+    item = experiment.report[index]
+    ev, ref = item["evaluation"], item["reference"]
+    metric = item.get("metric") or experiment.evaluations[ev].metric
+    records = made_up_records(experiment, ev, metric)
+    for record in records:  # a value per block, the best one OURS
+        record["result"] = _nested(metric, {"0": OURS - 10, "1": OURS})
+    rows = {}
+    for line in curve_section(item, records, experiment, tmp_path, index).splitlines():
+        cells = [c.strip() for c in line.strip("|").split(" | ")] if line.startswith("| ") else []
+        if len(cells) == 4 and cells[1] != "epoch":  # line | epoch | best | block, under its header
+            rows[(cells[0], cells[1])] = cells[2]
+    assert rows, f"{name} report[{index}] printed no best blocks"
+    epochs = {epoch for _, epoch in rows}
+    for epoch in epochs:
+        values, _ = paper_at(ref, epoch, "values")
+        for label, value in values.items():
+            assert (label, epoch) in rows, f"{name} report[{index}]: the paper's line {label} is not one of ours"
+            assert f"({value:.1f}, " in rows[(label, epoch)], (name, index, label, epoch, rows[(label, epoch)])
