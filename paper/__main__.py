@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from skipless.config import ConfigError, load_config
 from skipless.errors import SkiplessError
 
-from .batch import batch_line
+from .batch import batch_line, is_training
 from .experiment import SCALES, ExperimentError, known_experiments, load_experiment
 from .jobs import REPO, job_state, plan
 from .local import elapsed, run_local
@@ -91,7 +91,7 @@ def run(cfg: DictConfig, say=print) -> dict:
         for job in jobs:
             state = job_state(folder, job) or "to run"
             say(f"  [{state}] {job.name}: {job.shown()}")
-            if job.kind == "run":
+            if is_training(job):
                 say(f"      {batch_line(job, cluster, cfg.scale, cfg.slurm)}")
         return {"jobs": jobs, "skipped": skipped}
     if cfg.report_only:

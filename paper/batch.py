@@ -1,4 +1,4 @@
-"""What the dry run says of a training job's global batch: images per device x devices x accumulation steps
+"""What the dry run says of a training job's (a run's or a fine-tuning's) global batch: images per device x devices x accumulation steps
 (``skipless.reports.summary.describe_batch``), as the job would run on the cluster ``make paper`` chose.
 
 A training job's devices are part of its overrides on SLURM (``slurm.run_overrides``: ``slurm.nodes`` x
@@ -11,18 +11,24 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from skipless.config import ConfigError, load_config
+from skipless.config import ConfigError
 from skipless.reports.summary import describe_batch
 from skipless.devices.world import global_batch, world_size
 from skipless.models.causal_lm import LM_ARCHS
 
-from .experiment import STEP_ENTRIES
-from .jobs import Job
+from .experiment import FINETUNE, STEP_ENTRIES
+from .jobs import Job, job_config
 from .slurm import run_overrides
 
 
+def is_training(job: Job) -> bool:
+    """A job that trains, on a SLURM job of ``slurm.nodes`` x ``slurm.gpus_per_node``: a run, or a fine-tuning
+    evaluation (``slurm.py``)."""
+    return job.kind == "run" or job.entry == FINETUNE
+
+
 def _batch(entry: str, overrides: list[str]) -> str:
-    cfg = load_config(entry, overrides)
+    cfg = job_config(entry, overrides)
     try:
         shown = describe_batch(cfg)
     except ConfigError as err:  # the run would refuse it: the dry run says why, and goes on
@@ -37,8 +43,9 @@ def _batch(entry: str, overrides: list[str]) -> str:
 
 
 def batch_line(job: Job, cluster: str, scale: str, slurm: DictConfig) -> str:
-    """``global batch 4096 = 64/device x 8 devices x 8 accumulation steps`` for a training ``job``; on the
-    local cluster at the full scale, followed by the same for the SLURM allocation of ``slurm``."""
+    """``global batch 4096 = 64/device x 8 devices x 8 accumulation steps`` for a training ``job`` (a run or a
+    fine-tuning: ``is_training``); on the local cluster at the full scale, followed by the same for the SLURM
+    allocation of ``slurm``."""
     line = f"global batch {_batch(job.entry, list(job.overrides))}"
     if cluster == "local" and scale == "full":
         there = _batch(job.entry, [*job.overrides, *run_overrides(slurm)])

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
 from skipless.atomic import atomic_write
 from skipless.config import leaf_values, load_config
 
@@ -98,13 +100,18 @@ def _quote(word: str) -> str:
     return f'"{word}"' if any(c in word for c in " []{}") else word
 
 
-def config_hash(entry: str, overrides: list[str]) -> str:
-    """Eight hex digits of the resolved config, without the keys that only place outputs. A fine-tuning's
-    architecture is its checkpoint's, read when it runs (``skipless/finetune.py``): hashed with placeholders,
-    the checkpoint itself being ``finetune.ckpt``."""
+def job_config(entry: str, overrides: list[str]) -> DictConfig:
+    """The config a job of ``entry`` runs with ``overrides``, resolved here. A fine-tuning's architecture is
+    its checkpoint's, read when it runs (``skipless/finetune.py``): placeholders stand for it, the checkpoint
+    itself being ``finetune.ckpt``."""
     if entry == FINETUNE:
         overrides = ["model.name=checkpoint", "model.residual=skip", *overrides]
-    cfg = load_config(entry, overrides)
+    return load_config(entry, overrides)
+
+
+def config_hash(entry: str, overrides: list[str]) -> str:
+    """Eight hex digits of the resolved config (``job_config``), without the keys that only place outputs."""
+    cfg = job_config(entry, overrides)
     values = {k: v for k, v in leaf_values(cfg).items()
               if k not in PLACE_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])}
     text = json.dumps(values, sort_keys=True, default=str)
