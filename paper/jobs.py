@@ -53,6 +53,7 @@ PLACE_KEYS = ("run.name", "run.root", "run.resume", "run.requeue", "train.checkp
 # one it had, and changes only for a job that sets the key otherwise.
 LATER_KEYS: dict[str, Any] = {
     "model.init_args.qk": None,  # issue 49: Eq. 11's reading, null = head, the one reading before
+    "views": 1,                  # issue 50: make linear's feature sets per image, 1 = the one centre crop of before
 }
 REPO = Path(__file__).resolve().parents[1]
 
