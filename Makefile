@@ -115,7 +115,8 @@ help: ## list targets and variables
 	@echo "       or demo|lm-val (zeroshot: the demo tasks from the held-out Bible chapters, or make data DATA=lm-val's)"
 	@echo "  MULTISCALE=0|1|both (probe)   IMAGES=<folder> (pca, conditioning)"
 	@echo "  PRESET=$(call choices,linear-preset) (linear: the probe's protocol, configs/linear-preset/; default dino:"
-	@echo "       DINO's eval_linear; zhang: seed 002's ImageNet-100 probe; mae: MAE's, BatchNorm + LARS)"
+	@echo "       DINO's eval_linear; zhang: seed 002's ImageNet-100 probe; zhang-in1k: its ImageNet-1k probe,"
+	@echo "       3 random views + the centre crop; mae: MAE's, BatchNorm + LARS)"
 	@echo "  LAYER=<block>|all|\"[3,7]\" the blocks an evaluator reads (key layers; -1 = last; probe: single-block probe)"
 	@echo "  CKPT=\"runs/a runs/b random\" (evaluators; default: the newest run); CKPT=init:<model>[:<arch>]: a preset at init;"
 	@echo "       released weights:"
@@ -186,7 +187,7 @@ conditioning: $(STAMP) ## Jacobian condition numbers, embedding kappa, effective
 knn: $(STAMP) ## weighted k-NN top-1/top-5 of frozen CLS features (DINO): DATA= CKPT= ARGS=
 	$(PY) -m skipless.eval.knn $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
-linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRESET=dino|zhang|mae DATA= CKPT= ARGS=
+linear: $(STAMP) ## linear classification of frozen CLS (+avgpool) features: PRESET=dino|zhang|zhang-in1k|mae DATA= CKPT= ARGS=
 	$(PY) -m skipless.eval.linear $(call opt,linear-preset,$(PRESET)) $(call opt,dataset,$(DATA_NAME)) $(call popt,ckpt,$(CKPT)) $(call popt,out,$(OUT)) $(ARGS)
 
 tsne: $(STAMP) ## t-SNE of the CLS tokens of 10 random classes, per backbone and side by side (seed 002, Fig. 3): DATA= CKPT= ARGS=

@@ -56,6 +56,7 @@ PLACE_KEYS = ("run.name", "run.root", "run.resume", "run.requeue", "train.checkp
 LATER_KEYS: dict[str, Any] = {
     "model.init_args.qk": None,  # issue 49: Eq. 11's reading, null = head, the one reading before
     "image_fraction": None,  # issue 50: make conditioning's share of the val split (seeds/003 Fig. 3), null = num_images
+    "views": 1,  # issue 50: make linear's feature sets per image, 1 = the one centre crop of before
 }
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""make linear PRESET=dino|zhang|mae: each preset's values, MAE's BatchNorm head, the lr scaling and the
+"""make linear PRESET=dino|zhang|zhang-in1k|mae: each preset's values, MAE's BatchNorm head, the lr scaling and the
 warm-up + cosine by hand, the batch of a small split, each preset end to end, refusals."""
 import json
 import math
@@ -20,7 +20,7 @@ from global_fixtures import SMALL, register_colours, tiny_backbone
 from skipless.config import CONFIG_DIR, ConfigError, leaf_values, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE_KEYS = {"inputs", "lrs", "lr_batch", "epochs", "warmup_epochs", "lr_update", "batch_size", "drop_last",
+PROBE_KEYS = {"inputs", "lrs", "lr_batch", "epochs", "warmup_epochs", "lr_update", "batch_size", "drop_last", "views",
               "head.norm", "head.norm_eps", "head.init", "head.init_std", "optimizer.name", "optimizer.momentum",
               "optimizer.weight_decay", "optimizer.trust_coefficient", "optimizer.betas"}
 
@@ -37,7 +37,7 @@ def probe_values(name: str) -> dict:
 def test_each_preset_resolves_to_its_papers_values():
     dino = {"inputs": ["cls", "cls+avgpool"], "lrs": [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0],
             "lr_batch": 256, "epochs": 100, "warmup_epochs": 0, "lr_update": "epoch", "batch_size": 256,
-            "drop_last": False, "head.norm": "none", "head.norm_eps": 1e-6, "head.init": "normal",
+            "drop_last": False, "views": 1, "head.norm": "none", "head.norm_eps": 1e-6, "head.init": "normal",
             "head.init_std": 0.01, "optimizer.name": "sgd", "optimizer.momentum": 0.9,
             "optimizer.weight_decay": 0.0, "optimizer.trust_coefficient": 0.001, "optimizer.betas": [0.9, 0.999]}
     assert probe_values("dino") == dino
@@ -45,13 +45,16 @@ def test_each_preset_resolves_to_its_papers_values():
     zhang = {**dino, "inputs": ["last_cls"], "lrs": [1e-2], "lr_batch": 1024, "epochs": 200, "batch_size": 1024,
              "lr_update": "step", "optimizer.name": "adamw", "optimizer.weight_decay": 0.01}
     assert probe_values("zhang") == zhang
+    # seed 002's ImageNet-1k probe: its ImageNet-100 one with a warm-up, batch 5120 and 3 random views + the centre crop
+    assert probe_values("zhang-in1k") == {**zhang, "lr_batch": 5120, "batch_size": 5120, "warmup_epochs": 20, "views": 4}
     mae = {**dino, "inputs": ["last_cls"], "lrs": [0.1], "epochs": 90, "warmup_epochs": 10, "lr_update": "step",
            "batch_size": 16384, "drop_last": True, "head.norm": "batchnorm", "head.init": "trunc_normal",
            "optimizer.name": "lars"}
     assert probe_values("mae") == mae
     # the features are the same block for every preset: one cache (last_cls is sliced from it)
-    feats = {p: OmegaConf.to_container(load_config("linear", [f"linear-preset={p}"]).features) for p in ("dino", "zhang", "mae")}
-    assert feats["dino"] == feats["zhang"] == feats["mae"]
+    feats = {p: OmegaConf.to_container(load_config("linear", [f"linear-preset={p}"]).features)
+             for p in ("dino", "zhang", "zhang-in1k", "mae")}
+    assert feats["dino"] == feats["zhang"] == feats["zhang-in1k"] == feats["mae"]
 
 
 def test_a_preset_states_only_probe_keys_and_only_what_it_changes():
@@ -68,7 +71,7 @@ def test_a_bad_preset_name_is_one_sentence_listing_the_valid_ones(capsys):
     with pytest.raises(SystemExit) as err:
         linear.main(["linear-preset=moco"])
     message = str(err.value)
-    assert message == "error: unknown linear-preset 'moco'; expected one of: dino, mae, zhang"
+    assert message == "error: unknown linear-preset 'moco'; expected one of: dino, mae, zhang, zhang-in1k"
 
 
 @pytest.mark.parametrize("bad, says", [
@@ -208,4 +211,4 @@ def test_make_linear_passes_preset_only_when_set_and_help_lists_the_presets():
     assert line() == "python -m skipless.eval.linear"
     assert line("PRESET=mae", "DATASET=default") == "python -m skipless.eval.linear linear-preset=mae dataset=default"
     out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    assert "PRESET=dino|mae|zhang" in out
+    assert "PRESET=dino|mae|zhang|zhang-in1k" in out

@@ -198,3 +198,19 @@ def test_mae_figure5_at_quick_scale_runs_end_to_end_and_reports_rank_and_probe_p
     assert "| run | 1 | 2 |" in report and "| alpha_min | 1 | 2 |" in report and "Scale: **quick**" in report
     assert re.search(r"\| 0\.6 \| \d+\.\d \| \d+\.\d \|", report)  # the probe (one decimal) of both checkpoints
     assert (tmp_path / "quick" / "mae-figure5" / "figures" / "00-series.png").stat().st_size > 0
+
+
+def test_mae_table4_probes_with_the_seeds_imagenet1k_protocol_at_full_scale_and_one_random_view_at_demo(tmp_path):
+    """Table 1's 67.3 / 72.3 (App. 8.1): AdamW, 20 warm-up epochs, batch 5120, 3 random views + the centre crop;
+    the demo draws between the centre crop and one random view; MAE's probe reads one centre crop at every scale."""
+    full = {j.name: _cfg(j) for j in plan(load_experiment("mae-table4"), "full", tmp_path)[0] if j.entry == "linear"}
+    zhang, mae = full["linear-0.6-800-zhang"], full["linear-0.6-800-mae"]
+    assert (zhang.choices["linear-preset"], zhang.views, zhang.warmup_epochs, zhang.batch_size, zhang.lr_batch,
+            zhang.epochs, zhang.optimizer.name, list(zhang.lrs), list(zhang.inputs)) == (
+        "zhang-in1k", 4, 20, 5120, 5120, 200, "adamw", [1e-2], ["last_cls"])
+    assert (mae.choices["linear-preset"], mae.views) == ("mae", 1)
+    assert zhang.features.n_last_blocks == mae.features.n_last_blocks == 1 and zhang.dataset == "imagenet"
+    for scale in ("demo", "quick"):
+        cells = {j.name: _cfg(j) for j in plan(load_experiment("mae-table4"), scale, tmp_path)[0] if j.entry == "linear"}
+        assert {c.views for n, c in cells.items() if n.endswith("-zhang")} == {2}
+        assert {c.views for n, c in cells.items() if n.endswith("-mae")} == {1}

@@ -13,6 +13,9 @@ the recipe (``eval/linear/recipe.py``; the presets of ``configs/linear-preset/``
   from ``trunc_normal_(std=0.01)`` (timm's bounds +-2, absolute: in effect a normal), zero bias, LARS,
   warm-up then cosine per step.
 
+With several feature sets per image (``views``, seed 002's ImageNet-1k probe: ``eval/linear/views.py``)
+each epoch reads the set drawn for it, every head the same one.
+
 Every head of every group sees the same batches in the same order; the heads share no parameter and
 each has its own optimizer parameter group, so training them together gives each the updates it would
 get alone (tested; up to the float rounding of the shared matrix product), and a sweep of n learning rates costs one pass over the features per
@@ -23,7 +26,7 @@ lr)`` alone, so widening the sweep leaves the other heads unchanged.
 from __future__ import annotations
 
 import zlib
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, Union
 
 import numpy as np
 import torch
@@ -34,8 +37,10 @@ from tqdm import tqdm
 from .optimizers import build_optimizer
 from .recipe import Recipe
 from .schedule import lr_at, step_time
+from .views import view_draws
 
 Key = tuple[str, int]  # (group name, index of the learning rate)
+Inputs = Mapping[str, torch.Tensor]  # group name -> (N, D) features of the N training images
 
 
 def head_generator(seed: int, group: str, lr: float) -> torch.Generator:
@@ -100,13 +105,22 @@ def init_weight(weight: torch.Tensor, init: str, std: float, generator: torch.Ge
         raise ValueError(f"unknown head init {init!r}; expected normal or trunc_normal")
 
 
-def train_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], labels: torch.Tensor, recipe: Recipe,
-                batch_size: int, *, seed: int = 0, progress: bool = True,
-                desc: str = "linear") -> dict[Key, list[float]]:
+def train_heads(heads: ClassifierHeads, inputs: Union[Inputs, Sequence[Inputs]], labels: torch.Tensor, recipe: Recipe,
+                batch_size: int, *, seed: int = 0, progress: bool = True, desc: str = "linear",
+                draws: Sequence[int] | None = None) -> dict[Key, list[float]]:
     """Train every head on its group's ``inputs[group]`` (N, D) against ``labels`` (N,) with the optimizer
     and lr schedule of ``recipe``, ``batch_size`` samples per step; returns each head's mean training loss
     per epoch. Batches are a seeded shuffle of the N samples, the same for every head; with
-    ``recipe.drop_last`` a last partial batch is left out (MAE's loader)."""
+    ``recipe.drop_last`` a last partial batch is left out (MAE's loader).
+
+    ``inputs`` may be a list of feature sets of the same N images (``views``: the centre crop first, then
+    random views; ``eval/linear/views.py``): epoch ``e`` reads set ``draws[e]`` (by default ``view_draws``
+    of ``seed``); one set, or a list of one, trains as before."""
+    views = [inputs] if isinstance(inputs, Mapping) else list(inputs)
+    draws = view_draws(seed, recipe.epochs, len(views)) if draws is None else [int(d) for d in draws]
+    if len(draws) != recipe.epochs or not all(0 <= d < len(views) for d in draws):
+        raise ValueError(f"draws must give each of the {recipe.epochs} epochs a feature set in 0..{len(views) - 1}, "
+                         f"got {draws}")
     groups = heads.param_groups()
     base = [g["lr"] for g in groups]
     opt = build_optimizer(recipe, groups)
@@ -116,6 +130,7 @@ def train_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], labe
     heads.train()
     with tqdm(total=recipe.epochs, desc=desc, unit="epoch", disable=not progress, leave=False) as bar:
         for epoch in range(recipe.epochs):
+            features = views[draws[epoch]]
             order = torch.from_numpy(np.random.default_rng([seed, epoch]).permutation(n)).to(labels.device)
             sums = torch.zeros(len(heads.keys), device=labels.device)
             for step in range(steps):
@@ -127,7 +142,7 @@ def train_heads(heads: ClassifierHeads, inputs: Mapping[str, torch.Tensor], labe
                 opt.zero_grad(set_to_none=True)
                 per_head = []
                 for name in heads.group_names:
-                    logits = heads.group_logits(name, inputs[name][idx])  # (B, H, K)
+                    logits = heads.group_logits(name, features[name][idx])  # (B, H, K)
                     ce = F.cross_entropy(logits.transpose(1, 2), y[:, None].expand(-1, logits.shape[1]),
                                          reduction="none")  # (B, H)
                     per_head.append(ce.mean(0))

@@ -1,9 +1,10 @@
 """A linear probe's recipe as ``configs/linear.yaml`` and its preset state it: what the heads read, how
 they are built, and how they are trained (``Recipe``, checked by ``RULES``).
 
-The presets (``configs/linear-preset/``, ``make linear PRESET=``) are three published protocols:
+The presets (``configs/linear-preset/``, ``make linear PRESET=``) are four published protocols:
 ``dino`` (Caron et al. 2021, ``eval_linear.py``; the values of ``linear.yaml``), ``zhang`` (seed 002,
-App. 8.1, its ImageNet-100 probe) and ``mae`` (He et al. 2022, App. A.2). Each file says where every
+App. 8.1, its ImageNet-100 probe), ``zhang-in1k`` (seed 002, App. 8.1, its ImageNet-1k probe: 3 random
+views + the centre crop, ``views``) and ``mae`` (He et al. 2022, App. A.2). Each file says where every
 value comes from.
 
 The batch: a preset's batch may be larger than a small training split (MAE's 16384 against the 2,000
@@ -37,6 +38,7 @@ RULES = {
     "lr_update": one_of(*LR_UPDATES),
     "batch_size": integer(1),
     "drop_last": boolean(),
+    "views": integer(1),
     "head.norm": one_of(*NORMS),
     "head.norm_eps": number(0, low_open=True),
     "head.init": one_of(*INITS),
@@ -63,6 +65,7 @@ class Recipe:
     per_step: bool  # the lr moves every step (MAE), else once per epoch (DINO)
     batch_size: int  # as configured; batch_for gives the one used
     drop_last: bool
+    views: int  # feature sets per training image, the centre crop and views - 1 random ones (eval/linear/views.py)
     norm: str
     norm_eps: float
     init: str
@@ -83,7 +86,8 @@ class Recipe:
         return cls(preset=str(cfg.choices["linear-preset"]), inputs=tuple(str(x) for x in cfg.inputs),
                    lrs=tuple(float(x) for x in cfg.lrs), lr_batch=int(cfg.lr_batch), epochs=int(cfg.epochs),
                    warmup_epochs=int(cfg.warmup_epochs), per_step=cfg.lr_update == "step",
-                   batch_size=int(cfg.batch_size), drop_last=bool(cfg.drop_last), norm=str(head.norm),
+                   batch_size=int(cfg.batch_size), drop_last=bool(cfg.drop_last), views=int(cfg.views),
+                   norm=str(head.norm),
                    norm_eps=float(head.norm_eps), init=str(head.init), init_std=float(head.init_std),
                    optimizer=str(opt.name), momentum=float(opt.momentum), weight_decay=float(opt.weight_decay),
                    trust_coefficient=float(opt.trust_coefficient), betas=(float(opt.betas[0]), float(opt.betas[1])))

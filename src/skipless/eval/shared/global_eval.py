@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -33,8 +33,8 @@ from skipless.models.timm_family import family_of, model_name
 
 from .backbones import BackboneSpec, backbone_key, load_spec
 from .devices import resolve_device
-from .global_features import (GlobalFeatures, build_global_features, cache_key, is_pooled_only, last_blocks,
-                              open_features)
+from .global_features import (GlobalFeatures, RandomView, build_global_features, cache_key, is_pooled_only,
+                              last_blocks, open_features)
 from .report import compare_dir, result_json, write_text
 from .settings_rules import COMMON, check_rules
 
@@ -167,33 +167,51 @@ def split_key(settings: GlobalSettings, dataset: Any, split: str) -> dict[str, A
 
 @dataclass
 class BackboneFeatures:
-    """The cached features of one backbone on both splits, and what describes the backbone."""
+    """The cached features of one backbone on both splits, and what describes the backbone.
+    ``train_views``: the random-augmentation views of the train split (``make linear views=``), after its
+    centre crop ``train``; none by default."""
 
     train: GlobalFeatures
     val: GlobalFeatures
     model: dict[str, Any]  # arch, depth, width, patch, blocks read
     extract_s: float
     total_s: float
+    train_views: list[GlobalFeatures] = field(default_factory=list)
 
     @property
     def reused(self) -> bool:
-        return self.train.reused and self.val.reused
+        return self.train.reused and self.val.reused and all(f.reused for f in self.train_views)
 
 
-def backbone_features(settings: GlobalSettings, spec: BackboneSpec, train: Any, val: Any) -> BackboneFeatures:
-    """Load ``spec``, check it can give the asked features, and extract (or reuse) them on both splits."""
-    out, info, extract_s, total_s = split_features(settings, spec, {"train": train, "val": val})
-    return BackboneFeatures(out["train"], out["val"], info, extract_s, total_s)
+def backbone_features(settings: GlobalSettings, spec: BackboneSpec, train: Any, val: Any,
+                      views: int = 1) -> BackboneFeatures:
+    """Load ``spec``, check it can give the asked features, and extract (or reuse) them on both splits: the
+    centre crop of each, then ``views - 1`` random-augmentation views of the train split (``RandomView``s
+    seeded by ``seed``, each its own cache, memory-mapped when on disk)."""
+    t0 = time.perf_counter()
+    model, info = _loaded(settings, spec)
+    out = {split: _features(settings, spec, model, dataset, split) for split, dataset in (("train", train), ("val", val))}
+    randoms = [_features(settings, spec, model, train, "train", RandomView(i, views, int(settings.cfg.seed), settings.crop))
+               for i in range(1, int(views))]
+    del model
+    extract_s = sum(f.extract_s for f in (*out.values(), *randoms))
+    return BackboneFeatures(out["train"], out["val"], info, extract_s, time.perf_counter() - t0, randoms)
 
 
-def _cache_place(settings: GlobalSettings, spec: BackboneSpec, dataset: Any, split: str) -> tuple[Path | None, dict]:
-    """The cache folder of a split's features (None in memory) and what identifies them."""
+def _cache_place(settings: GlobalSettings, spec: BackboneSpec, dataset: Any, split: str,
+                 view: RandomView | None = None) -> tuple[Path | None, dict]:
+    """The cache folder of a split's features (None in memory) and what identifies them; a random view's
+    folder names it (``-view<i>of<n>-``) and its key holds ``view.key()``."""
     cfg, feats = settings.cfg, settings.cfg.features
     key = {"backbone": backbone_key(spec, int(cfg.seed)), **split_key(settings, dataset, split),
            "amp": bool(feats.amp and settings.device.type == "cuda")}
+    name = split
+    if view is not None:
+        key.update(view.key())
+        name = f"{split}-view{view.index}of{view.views}"
     folder = None
     if feats.cache == "disk":
-        folder = spec.out_dir / "cache" / f"global-{settings.dataset}-{split}-{_digest(key, 10)}"
+        folder = spec.out_dir / "cache" / f"global-{settings.dataset}-{name}-{_digest(key, 10)}"
     return folder, key
 
 
@@ -241,23 +259,33 @@ def split_features(settings: GlobalSettings, spec: BackboneSpec,
     """Load ``spec``, check it can give the asked features, and extract (or reuse) them on each of
     ``splits`` (name -> dataset); returns the features per split, what describes the backbone, the
     seconds of backbone passes and the seconds in all."""
-    cfg, feats = settings.cfg, settings.cfg.features
     t0 = time.perf_counter()
-    model = load_spec(spec, settings.device, seed=int(cfg.seed), compile=bool(feats.compile))
-    if is_pooled_only(model):
-        info = _pooled_only_info(settings, spec, model)
-    else:
-        info = _vit_info(settings, spec, model)
-    workers = loader_workers(settings.cfg)
-    out = {}
-    for split, dataset in splits.items():
-        folder, key = _cache_place(settings, spec, dataset, split)
-        out[split] = build_global_features(
-            model, dataset, n_last=cls_blocks(settings, spec), resize=settings.resize, crop=settings.crop,
-            device=settings.device, batch_size=int(feats.batch_size), num_workers=workers, folder=folder, key=key,
-            amp=bool(feats.amp), progress=bool(cfg.progress), desc=f"{spec.name}: {split} features")
+    model, info = _loaded(settings, spec)
+    out = {split: _features(settings, spec, model, dataset, split) for split, dataset in splits.items()}
     del model
     return out, info, sum(f.extract_s for f in out.values()), time.perf_counter() - t0
+
+
+def _loaded(settings: GlobalSettings, spec: BackboneSpec) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """The frozen backbone of ``spec`` on the device, once checked against the features asked of it, and
+    what describes it."""
+    cfg = settings.cfg
+    model = load_spec(spec, settings.device, seed=int(cfg.seed), compile=bool(cfg.features.compile))
+    info = _pooled_only_info(settings, spec, model) if is_pooled_only(model) else _vit_info(settings, spec, model)
+    return model, info
+
+
+def _features(settings: GlobalSettings, spec: BackboneSpec, model: torch.nn.Module, dataset: Any, split: str,
+              view: RandomView | None = None) -> GlobalFeatures:
+    """One split's features (its centre crop, or a random ``view``), from the cache or extracted into it."""
+    cfg, feats = settings.cfg, settings.cfg.features
+    folder, key = _cache_place(settings, spec, dataset, split, view)
+    what = split if view is None else f"{split} view {view.index} of {view.views}"
+    return build_global_features(
+        model, dataset, n_last=cls_blocks(settings, spec), resize=settings.resize, crop=settings.crop,
+        device=settings.device, batch_size=int(feats.batch_size), num_workers=loader_workers(cfg), folder=folder,
+        key=key, amp=bool(feats.amp), progress=bool(cfg.progress), desc=f"{spec.name}: {what} features", view=view,
+        mmap=view is not None)
 
 
 def _vit_info(settings: GlobalSettings, spec: BackboneSpec, model: torch.nn.Module) -> dict[str, Any]:
@@ -286,7 +314,8 @@ def features_summary(f: BackboneFeatures) -> dict[str, Any]:
     """The JSON's account of the features: sizes, blocks, images used and left out, cache, timings."""
     return {"model": f.model, "train_images": f.train.n_valid, "val_images": f.val.n_valid,
             "skipped": {"train": f.train.skipped, "val": f.val.skipped},
-            "cache": {"reused": f.reused, "folders": [str(x.folder) for x in (f.train, f.val) if x.folder]}}
+            "cache": {"reused": f.reused, "folders": [str(x.folder) for x in (f.train, f.val, *f.train_views)
+                                                      if x.folder]}}
 
 
 def write_json(path: Path, obj: Any) -> Path:

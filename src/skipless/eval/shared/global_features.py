@@ -24,9 +24,14 @@ Per image, DINO's two global features (Caron et al. 2021; facebookresearch/dino 
   this feature, against 26.6 for its random init).
 
 Images go through DINO's evaluation transform (``eval_transform``): shorter side resized (bicubic)
-to ``resize``, the centre ``crop`` x ``crop`` square, ImageNet normalisation. There is no
+to ``resize``, the centre ``crop`` x ``crop`` square, ImageNet normalisation. By default there is no
 augmentation: every image has one feature, so the backbone runs once per image for every k and every
 learning rate (DINO's linear training uses random resized crops and flips; see ``eval/linear/run.py``).
+A ``RandomView`` is the other transform, for the random-augmentation feature sets of ``make linear
+views=`` (seed 002, App. 8.1): MAE's linear-probe train transform, ``RandomResizedCrop(crop)`` (scale
+0.08-1, ratio 3/4-4/3, bicubic) and a horizontal flip, drawn from a generator seeded by (seed, view,
+image), so a view's features do not depend on the loader's workers or batch; each view is a cache of
+its own, keyed by its index, the number of views and the seed.
 
 The cache is small (``(n_last_blocks + 1) x width`` float32 per image: 7.7 kB for ViT-S, 4 blocks),
 so it is kept: ``.npy`` files under ``<run>/eval/cache/global-<dataset>-<split>-<digest>/``, complete
@@ -39,7 +44,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+import zlib
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,6 +54,7 @@ import torch
 from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms
 from torchvision.transforms import functional as TF
 from tqdm import tqdm
 
@@ -71,6 +78,48 @@ def eval_transform(resize: int, crop: int) -> Callable[[Image.Image], torch.Tens
         return normalized(TF.center_crop(image, crop))
 
     return transform
+
+
+# A random view's augmentation: the train transform of MAE's linear probe (facebookresearch/mae main_linprobe.py:
+# RandomResizedCrop(224, interpolation=3) with torchvision's default scale and ratio, RandomHorizontalFlip), which
+# the cached views of seed 002's ImageNet-1k probe stand in for (App. 8.1: MAE's time went to "on-the-fly random
+# data augmentation at each epoch"). Part of every random view's cache key.
+VIEW_SCALE = (0.08, 1.0)
+VIEW_RATIO = (3.0 / 4.0, 4.0 / 3.0)
+VIEW_AUGMENTATION = "RandomResizedCrop(crop, scale 0.08-1, ratio 3/4-4/3, bicubic) + horizontal flip p=0.5"
+_VIEW_STREAM = zlib.crc32(b"skipless random view")
+
+
+@dataclass(frozen=True)
+class RandomView:
+    """The transform of random-augmentation view ``index`` (1 ... ``views`` - 1; 0 is the centre crop) of
+    ``views`` feature sets: ``VIEW_AUGMENTATION`` to ``crop`` x ``crop`` px, then ImageNet normalisation.
+    Image ``sample``'s crop box and flip come from a generator seeded by ``(seed, index, sample)`` alone."""
+
+    index: int
+    views: int
+    seed: int
+    crop: int
+
+    def key(self) -> dict[str, Any]:
+        """What identifies this view's features besides the images and the backbone: a cache of one view count
+        is never read for another."""
+        return {"view": int(self.index), "views": int(self.views), "view_seed": int(self.seed),
+                "augmentation": VIEW_AUGMENTATION}
+
+    def sample_seed(self, sample: int) -> int:
+        words = np.random.SeedSequence([int(self.seed), _VIEW_STREAM, int(self.index), int(sample)])
+        return int(words.generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+    def __call__(self, image: Image.Image, sample: int) -> torch.Tensor:
+        image = image.convert("RGB")
+        with torch.random.fork_rng(devices=[]):  # torchvision's own draw, on a generator of this image alone
+            torch.manual_seed(self.sample_seed(sample))
+            top, left, h, w = transforms.RandomResizedCrop.get_params(image, list(VIEW_SCALE), list(VIEW_RATIO))
+            flip = bool(torch.rand(1) < 0.5)  # RandomHorizontalFlip's draw
+        image = TF.resized_crop(image, top, left, h, w, [self.crop, self.crop],
+                                interpolation=TF.InterpolationMode.BICUBIC)
+        return normalized(TF.hflip(image) if flip else image)
 
 
 def last_blocks(depth: int, n_last: int) -> list[int]:
@@ -107,10 +156,11 @@ def describe(dataset: Any, index: int) -> str:
 
 
 class _Samples(Dataset):
-    """``(image tensor, label, ok, why)``; an unreadable image gives ``ok=False`` and a zero image."""
+    """``(image tensor, label, ok, why)``; an unreadable image gives ``ok=False`` and a zero image.
+    ``transform`` takes the image, or with ``indexed`` the image and its index (a ``RandomView``)."""
 
-    def __init__(self, dataset: Any, transform: Callable[[Image.Image], torch.Tensor], crop: int) -> None:
-        self.dataset, self.transform, self.crop = dataset, transform, int(crop)
+    def __init__(self, dataset: Any, transform: Callable, crop: int, indexed: bool = False) -> None:
+        self.dataset, self.transform, self.crop, self.indexed = dataset, transform, int(crop), indexed
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -121,7 +171,8 @@ class _Samples(Dataset):
         except READ_ERRORS as err:
             why = f"{describe(self.dataset, index)} ({type(err).__name__}: {err})"
             return torch.zeros(3, self.crop, self.crop), -1, False, why
-        return self.transform(image), int(label), True, ""
+        x = self.transform(image, index) if self.indexed else self.transform(image)
+        return x, int(label), True, ""
 
 
 @dataclass
@@ -168,8 +219,9 @@ class GlobalFeatures:
 
     def last_cls(self) -> torch.Tensor:
         """The normed CLS token of the last block alone, (n_valid, D): the class token after the final
-        norm that seed 002's and MAE's linear probes read (sliced from the cache, whatever ``n_last_blocks``)."""
-        return torch.from_numpy(np.ascontiguousarray(self.cls[self.valid][:, -1]))
+        norm that seed 002's and MAE's linear probes read (sliced from the cache, whatever ``n_last_blocks``;
+        the block first, so a memory-mapped cache reads that block alone)."""
+        return torch.from_numpy(np.ascontiguousarray(self.cls[:, -1][self.valid]))
 
     def cls_avgpool(self) -> torch.Tensor:
         """``cls_concat`` followed by the avgpooled patch tokens, (n_valid, (n_last + 1) * D)."""
@@ -184,8 +236,9 @@ def cache_key(key: dict | None, *, n_last: int, resize: int, crop: int, n: int) 
     return dict(key or {}, n_last=int(n_last), resize=int(resize), crop=int(crop), n=int(n))
 
 
-def open_features(folder: Path, key: dict) -> GlobalFeatures | None:
-    """The complete cache in ``folder`` built with the same ``key``, or None."""
+def open_features(folder: Path, key: dict, mmap: bool = False) -> GlobalFeatures | None:
+    """The complete cache in ``folder`` built with the same ``key``, or None; with ``mmap`` its arrays are
+    read-only memory maps (read when sliced: what the random views of ImageNet need, ~12 GB each for ViT-B)."""
     try:
         meta = json.loads((folder / "meta.json").read_text())
     except (OSError, json.JSONDecodeError):
@@ -193,7 +246,7 @@ def open_features(folder: Path, key: dict) -> GlobalFeatures | None:
     if meta.get("format") != FORMAT or meta.get("key") != json.loads(json.dumps(key)):
         return None
     try:
-        arrays = {name: np.load(folder / f"{name}.npy") for name in ARRAYS}
+        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None) for name in ARRAYS}
     except (OSError, ValueError):
         return None
     return GlobalFeatures(**arrays, skipped=list(meta.get("skipped", [])), folder=folder, reused=True, meta=meta)
@@ -203,7 +256,8 @@ def open_features(folder: Path, key: dict) -> GlobalFeatures | None:
 def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize: int, crop: int,
                           device: torch.device | str = "cpu", batch_size: int = 32, num_workers: int = 0,
                           folder: str | Path | None = None, key: dict | None = None, amp: bool = True,
-                          progress: bool = True, desc: str = "features") -> GlobalFeatures:
+                          progress: bool = True, desc: str = "features", view: RandomView | None = None,
+                          mmap: bool = False) -> GlobalFeatures:
     """Run the frozen backbone once over ``dataset`` (a ``LabelledImages``: ``read``, ``labels``), or
     reuse the cache in ``folder`` when its key matches.
 
@@ -214,14 +268,18 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
         folder: where the cache is kept (None: in memory only).
         key: what identifies the content besides the sizes (backbone, dataset, images).
         amp: bfloat16 autocast on CUDA (ignored on the CPU).
+        view: a random-augmentation view instead of the centre crop (``RandomView``; its ``key()`` joins the key).
+        mmap: with ``folder``, return the cache memory-mapped (``open_features``), not held in memory.
 
     Raises:
         MalformedDatasetError: no image of the split could be read.
     """
     key = cache_key(key, n_last=n_last, resize=resize, crop=crop, n=len(dataset))
+    if view is not None:
+        key.update(view.key())
     folder = Path(folder) if folder is not None else None
     if folder is not None:
-        found = open_features(folder, key)
+        found = open_features(folder, key, mmap)
         if found is not None:
             return found
     device = torch.device(device)
@@ -232,8 +290,10 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
     labels = np.full(n, -1, dtype=np.int64)
     valid = np.zeros(n, dtype=bool)
     skipped: list[str] = []
-    loader = DataLoader(_Samples(dataset, eval_transform(resize, crop), crop), batch_size=batch_size,
-                        shuffle=False, num_workers=num_workers, pin_memory=device.type == "cuda")
+    samples = (_Samples(dataset, eval_transform(resize, crop), crop) if view is None
+               else _Samples(dataset, view, crop, indexed=True))
+    loader = DataLoader(samples, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                        pin_memory=device.type == "cuda")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp and device.type == "cuda")
     start, t0 = 0, time.perf_counter()
     with tqdm(total=n, desc=desc, unit="img", disable=not progress, leave=False) as bar:
@@ -261,4 +321,7 @@ def build_global_features(model: nn.Module, dataset: Any, *, n_last: int, resize
         for array_name, array in zip(ARRAYS, (cls, avgpool, pooled, labels, valid)):
             np.save(folder / f"{array_name}.npy", array)
         atomic_write(folder / "meta.json", lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1)))
+        if mmap:
+            del cls, avgpool, pooled
+            return replace(open_features(folder, key, mmap=True), extract_s=extract_s, reused=False)
     return GlobalFeatures(cls, avgpool, pooled, labels, valid, skipped, folder, extract_s, False, meta)
