@@ -238,7 +238,9 @@ def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images
 
     torch.manual_seed(SEED)
     model = vit_from_config(load_config("pretrain", ["model=skipless", "recipe=paper"]).model)
-    tokens = pre_ln_tokens(model, images(count, size))
+    x = images(count, size)
+    count = x.shape[0]  # a folder of fewer images gives them all
+    tokens = pre_ln_tokens(model, x)
     shown = [0, 3, 7, 11]
     fig, axes = plt.subplots(1, len(shown) + 1, figsize=(14, 2.8))
     rows, cosines = [], []
