@@ -74,7 +74,9 @@ def check_settings(cfg: DictConfig) -> str:
 
 def run(cfg: DictConfig, say=print) -> dict:
     if cfg.exp == THEORY:  # no training: the seeds' claims computed here, at every scale (paper/theory.py)
-        say(f"report: {write_theory_report(Path(cfg.root), say)}")
+        if cfg.scale not in SCALES:
+            raise ConfigError(f"scale={cfg.scale} is not a scale; expected one of {', '.join(SCALES)}")
+        say(f"report: {write_theory_report(Path(cfg.root), say, cfg.scale)}")
         return {}
     cluster = check_settings(cfg)
     experiment = load_experiment(cfg.exp, experiments_dir(cfg))

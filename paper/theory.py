@@ -1,5 +1,8 @@
 """``make paper EXP=theory``: the seeds' claims that seconds of computation can check, as a report with
-figures (``<root>/theory/report.md``). No training: every scale writes the same report.
+figures (``<root>/theory/report.md``; at ``SCALE=full`` ``<root>/full/theory/report.md``). No training: every
+scale computes the same sections, and only Fig. 6's images depend on the scale: the embedded default's val images
+at demo and quick, ImageNet's val images at full (``$IMAGENET_ROOT/val``, default ``data/imagenet/val``; refused
+in one sentence before anything is written when they are not there).
 
 | claim | seed, place | computed by |
 |---|---|---|
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import statistics
 from pathlib import Path
 from typing import Callable
@@ -40,6 +44,8 @@ from skipless.analysis.softmax_theory import (FIG5_CASES, FIG5_D, FIG5_N, derive
                                               logit_matrices, monte_carlo_moments, paper_moments, softmax_kappa)
 from skipless.atomic import atomic_write
 from skipless.config import load_config
+from skipless.data import ImageFolderDataset
+from skipless.data.errors import missing_dataset
 from skipless.models import create_vit
 from skipless.models.from_config import vit_from_config
 from skipless.models.timm_family import TIMM_CLASSES
@@ -49,6 +55,9 @@ NAME = "theory"
 DRAWS = 1000          # Fig. 5's kappa over this many draws
 MOMENT_DRAWS = 4000   # matrices behind each Monte Carlo moment
 SEED = 0
+FULL = "full"         # the scale whose Fig. 6 reads natural images (paper/experiment.py's SCALES)
+FIG6_IMAGES = 8       # Fig. 6's images at demo and quick (ours; the seed does not say how many)
+FIG6_FULL_IMAGES = 64  # at full, spread over ImageNet val's 1,000 class folders: 64 classes (ours)
 
 
 def _pyplot():
@@ -172,6 +181,39 @@ def token_images(count: int, size: int) -> torch.Tensor:
     return diagnostic_images(load_config("pretrain"), size, count, split="val")
 
 
+def imagenet_val() -> Path:
+    """ImageNet's val folder, as the experiments' full scale names ImageNet: ``$IMAGENET_ROOT`` (default
+    ``data/imagenet``, relative to where make paper runs), ``val/`` under it (data/README.md)."""
+    return Path(os.environ.get("IMAGENET_ROOT") or "data/imagenet") / "val"
+
+
+def folder_images(folder: Path) -> Callable[[int, int], torch.Tensor]:
+    """``images(count, size)`` of an image folder (ImageNet's ``val/<wnid>/`` or flat): ``count`` images spread
+    evenly over its sorted listing (every class its share), read by the pretraining reader and cropped as
+    ``token_images`` crops the default's (shorter side to ``size``, bicubic, centre square, ImageNet mean and
+    std: ``training/data.centre_crop``)."""
+    cfg = load_config("pretrain", ["data=imagenet"])
+    cfg.data.root = str(folder)
+    return lambda count, size: diagnostic_images(cfg, size, count, spread=True)
+
+
+def fig6_at(scale: str) -> Callable[[Path], list[str]]:
+    """Fig. 6's section at ``scale``: on the default's val images, or at full on ImageNet val's (seed 000 does not
+    say which images Fig. 6 shows; ImageNet is its pretraining data), which must be there (checked here, before
+    any section runs)."""
+    if scale != FULL:
+        return lambda folder: fig6(folder)
+    val = imagenet_val()
+    if not val.is_dir():
+        raise missing_dataset(
+            "ImageNet val", val, "<IMAGENET_ROOT>/val/<wnid>/*.JPEG or a flat <IMAGENET_ROOT>/val/*.JPEG",
+            "make paper EXP=theory SCALE=full draws seed 000's Fig. 6 on ImageNet's val images; set "
+            "IMAGENET_ROOT=<folder holding val/>, or run SCALE=demo for the embedded default's")
+    ImageFolderDataset(val)  # an empty folder: one sentence now
+    return lambda folder: fig6(folder, folder_images(val), FIG6_FULL_IMAGES,
+                               source=f"ImageNet val's images ({val}, evenly spaced over its sorted listing)")
+
+
 @torch.no_grad()
 def pre_ln_tokens(model: torch.nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
     """Per block, the tokens after its pre-LN (``norm1``'s output): ``(B, n, d)`` each."""
@@ -185,17 +227,20 @@ def pre_ln_tokens(model: torch.nn.Module, images: torch.Tensor) -> list[torch.Te
     return caught
 
 
-def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images, count: int = 8,
-         size: int = 224) -> list[str]:
+def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images, count: int = FIG6_IMAGES,
+         size: int = 224, source: str = "the default's val images") -> list[str]:
     """Fig. 6: the tokens after each block's pre-LN under the paper's init (DINO ViT-S/16, model=skipless,
-    the paper's recipe), on the default's images: the entries' histogram (the figure's view) beside the mean
-    cosine between an image's patch tokens, which independent isotropic tokens keep near 0."""
+    the paper's recipe), on ``count`` of ``images`` (``source`` says which): the entries' histogram (the
+    figure's view) beside the mean cosine between an image's patch tokens, which independent isotropic tokens
+    keep near 0. The seed prints no number for Fig. 6, only the histograms."""
     plt = _pyplot()
 
 
     torch.manual_seed(SEED)
     model = vit_from_config(load_config("pretrain", ["model=skipless", "recipe=paper"]).model)
-    tokens = pre_ln_tokens(model, images(count, size))
+    x = images(count, size)
+    count = x.shape[0]  # a folder of fewer images gives them all
+    tokens = pre_ln_tokens(model, x)
     shown = [0, 3, 7, 11]
     fig, axes = plt.subplots(1, len(shown) + 1, figsize=(14, 2.8))
     rows, cosines = [], []
@@ -223,9 +268,12 @@ def fig6(folder: Path, images: Callable[[int, int], torch.Tensor] = token_images
     fig.savefig(folder / "fig6-pre-ln-tokens.png", dpi=110)
     plt.close(fig)
     return [f"Seed 000, App. A.4.1, Fig. 6: the tokens after each block's pre-LN under the paper's init (DINO ViT-S/16, "
-            f"model=skipless, recipe=paper) on {count} of the default's val images at {size} px; N(0, 1) in black. An "
+            f"model=skipless, recipe=paper) on {count} of {source} at {size} px; N(0, 1) in black. An "
             "isotropic Gaussian has kurtosis 3 and, token to token, a mean cosine near 0. "
             "![Fig. 6](fig6-pre-ln-tokens.png)", "",
+            "The seed prints no number for Fig. 6, only the plot (the entries' histogram per block), which it reads as "
+            "\"closely matches a zero-mean, approximately isotropic Gaussian\", and does not say which images it shows; "
+            "so nothing stands beside the numbers below.", "",
             "| block | mean | std | kurtosis | mean cosine between patch tokens |", "|---|---|---|---|---|", *rows]
 
 
@@ -481,14 +529,16 @@ SECTIONS: dict[str, Callable[[Path], list[str]]] = {
     "MLP, Eq. 6": lambda folder: eq6_seed003(), "App. B, Eq. 24": lambda folder: eq24(), "Thm A.1": lambda folder: thm_a1()}
 
 
-def write_theory_report(root: Path, say=print) -> Path:
-    """Compute every section and write ``<root>/theory/report.md`` with its figures."""
-    folder = Path(root) / NAME
+def write_theory_report(root: Path, say=print, scale: str = "demo") -> Path:
+    """Compute every section and write ``<root>/theory/report.md`` with its figures (at full scale
+    ``<root>/full/theory/report.md``, Fig. 6 on ImageNet val: ``fig6_at``)."""
+    sections = {**SECTIONS, "Fig. 6": fig6_at(scale)} if scale == FULL else SECTIONS  # refused before a write
+    folder = Path(root) / (f"{FULL}/{NAME}" if scale == FULL else NAME)
     folder.mkdir(parents=True, exist_ok=True)
     parts = ["# The seeds' theory, checked numerically", "",
              "Written by `make paper EXP=theory` (paper/theory.py); each row is also a test. A claim that does not "
              "hold is a result, marked **no**.", ""]
-    for title, section in SECTIONS.items():
+    for title, section in sections.items():
         say(f"theory: {title}")
         parts += [f"## {title} (seed {SOURCES[title]})", "", *section(folder), ""]
     text = "\n".join(parts)

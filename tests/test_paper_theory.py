@@ -89,3 +89,61 @@ def test_the_init_sensitivity_sweep_moves_one_of_alpha_beta_c_at_a_time(tmp_path
     paper = seen.pop("paper")
     assert paper == (2.0, 0.6, 3.0) and len(seen) == 8
     assert all(sum(a != b for a, b in zip(values, paper)) == 1 for values in seen.values())
+
+
+def _cheap_sections(monkeypatch):
+    """Every section but Fig. 6 reduced to a line: the tests below are about Fig. 6's images."""
+    for title in theory.SECTIONS:
+        if title != "Fig. 6":
+            monkeypatch.setitem(theory.SECTIONS, title, lambda folder, title=title: [f"{title} computed"])
+
+
+def test_full_scale_draws_fig6_on_imagenet_val_and_demo_on_the_default(tmp_path, monkeypatch):
+    """SCALE=full: Fig. 6 reads $IMAGENET_ROOT/val (a fake ImageNet), report in <root>/full/theory/; the demo keeps
+    fig6's defaults (the default's val images, 8 of them at 224 px: its numbers as before)."""
+    import inspect
+
+    from skipless.data.generator.fake_layouts import write_fake_imagenet
+
+    imagenet = write_fake_imagenet(tmp_path / "in1k", ["n01", "n02", "n03", "n04"], per_class=2, size=40)
+    monkeypatch.setenv("IMAGENET_ROOT", str(imagenet))
+    monkeypatch.setattr(theory, "FIG6_FULL_IMAGES", 2)
+    real = theory.fig6
+    seen = {}
+
+    def small_fig6(folder, images=theory.token_images, count=theory.FIG6_IMAGES, size=224, **kw):
+        seen.update(images=images, count=count, size=size, **kw)
+        return real(folder, images, count, 32, **kw)  # 32 px: a tiny ViT-S forward
+
+    monkeypatch.setattr(theory, "fig6", small_fig6)
+    _cheap_sections(monkeypatch)
+    assert main(["exp=theory", "scale=full", f"root={tmp_path / 'out'}"]) == 0
+    report = (tmp_path / "out" / "full" / "theory" / "report.md").read_text()
+    assert f"on 2 of ImageNet val's images ({imagenet / 'val'}, evenly spaced" in report
+    assert "The seed prints no number for Fig. 6" in report and report.count("\n| 11 | ") == 1
+    assert seen["size"] == 224 and seen["count"] == 2
+    # images 0 and 4 of the 8 sorted files: classes 0 and 2, each its flat colour, ImageNet-normalised
+    colours = torch.tensor([[0.0, 0.0, 0.0], [74.0, 182.0, 46.0]]) / 255
+    mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+    expected = ((colours - mean) / std)[:, :, None, None].expand(2, 3, 16, 16)
+    torch.testing.assert_close(seen["images"](2, 16), expected, atol=0.02, rtol=0)  # JPEG's flat colour, to 1/255
+
+    seen.clear()
+    monkeypatch.setattr(theory, "fig6", lambda folder, *args, **kw: seen.update(args=args, **kw))
+    theory.fig6_at("demo")(tmp_path)  # the demo: fig6 as before, every default kept
+    assert seen == {"args": ()}
+    defaults = inspect.signature(real).parameters
+    assert defaults["images"].default is theory.token_images and defaults["count"].default == 8
+    assert defaults["source"].default == "the default's val images"
+
+
+def test_full_scale_without_imagenet_is_one_sentence_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("IMAGENET_ROOT", str(tmp_path / "nowhere"))
+    _cheap_sections(monkeypatch)
+    assert main(["exp=theory", "scale=full", f"root={tmp_path / 'out'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: ImageNet val not found at {tmp_path / 'nowhere' / 'val'}: make paper EXP=theory "
+                          "SCALE=full draws seed 000's Fig. 6 on ImageNet's val images; set IMAGENET_ROOT=")
+    assert err.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert main(["exp=theory", "scale=fast", f"root={tmp_path / 'out'}"]) == 2
+    assert "scale=fast is not a scale" in capsys.readouterr().err and not (tmp_path / "out").exists()
