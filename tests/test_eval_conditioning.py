@@ -177,14 +177,16 @@ def test_a_spectrum_too_large_to_form_is_matrix_free_and_checked_against_the_den
     assert record["spectrum_kappa"]["0"]["attn"] == pytest.approx(ends["top"][0] / ends["bottom"][0], rel=1e-5)
 
 
-def test_spectrum_ends_below_one_is_one_sentence(small_run):
+def test_a_dense_spectrum_too_large_to_form_is_one_sentence_naming_image_size_and_spectrum_ends(small_run):
     root, data, run_dir = small_run
-    with pytest.raises(SystemExit) as exit_info:
-        main([*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", "spectrum=true",
-              "spectrum_ends=0", f"out={root / 'spectrum-bad'}"])
-    err = str(exit_info.value.code)
-    assert "spectrum_ends" in err and len(err.strip().splitlines()) == 1
-    assert not (root / "spectrum-bad").exists()
+    for bad, words in (("spectrum_ends=null", "image_size for narrow's spectrum, or set spectrum_ends"),
+                       ("spectrum_ends=0", "spectrum_ends")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", "spectrum=true",
+                  "dense_max_entries=1000", bad, f"out={root / 'spectrum-bad'}"])
+        err = str(exit_info.value.code)
+        assert words in err and len(err.strip().splitlines()) == 1
+        assert not (root / "spectrum-bad").exists()
 
 
 # ---- images=run and image_fraction (seeds/003 Fig. 3: "10% validation sets", each run on its own val split) ----

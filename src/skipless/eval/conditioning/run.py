@@ -76,7 +76,7 @@ RULES = {
     "solver.dtype": one_of(*DTYPES),
     "dense_check": boolean(),
     "spectrum": boolean(),
-    "spectrum_ends": integer(1),
+    "spectrum_ends": optional(integer(1)),
     "dense_max_entries": integer(1),
 }
 
@@ -108,6 +108,10 @@ def check_backbone(model: torch.nn.Module, spec: BackboneSpec, cfg: DictConfig, 
     blocks = diagnosed_blocks(settings_of(cfg).layers, len(model.blocks))
     n = _tokens(model, int(size or cfg.image_size))
     n_j = _tokens(model, int(size or cfg.jacobian.image_size)) if "jacobian" in cfg.measures else 0
+    if cfg.spectrum and cfg.spectrum_ends is None:
+        check_dense_size(n * model.embed_dim, n * model.embed_dim, int(cfg.dense_max_entries),
+                         f"image_size for {spec.name}'s spectrum, or set spectrum_ends for its ends matrix-free "
+                         "(spectrum=false keeps the other measures)")
     if cfg.dense_check:
         d, limit = model.embed_dim, int(cfg.dense_max_entries)
         if "jacobian" in cfg.measures:
@@ -139,16 +143,18 @@ def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.T
 
 def spectrum_record(model: torch.nn.Module, image: torch.Tensor, blocks: list[int], cfg: DictConfig) -> dict[str, Any]:
     """seeds/003 Figs. 7-8 on the first image: the attention Jacobian's ``spectrum_ends`` largest and smallest singular
-    values matrix-free at any size (``spectrum_ends``); every singular value of both sub-blocks too where the dense
-    Jacobian fits ``dense_max_entries`` (``spectrum``), with the ends' largest relative difference from it
-    (``spectrum_ends_vs_dense``: the check). ``spectrum_kappa``: the dense spectrum's sigma_max / sigma_min where it
-    was formed, else the matrix-free one's (``spectrum_method`` says which)."""
-    out: dict[str, Any] = {"spectrum_ends": spectrum_ends(model, image, blocks, settings_of(cfg).solver,
-                                                          int(cfg.spectrum_ends))}
+    values matrix-free at any size (``spectrum_ends``; null: none, the dense spectrum only, as before the key); every
+    singular value of both sub-blocks where the dense Jacobian fits ``dense_max_entries`` (``spectrum``), with the
+    ends' largest relative difference from it (``spectrum_ends_vs_dense``: the check). ``spectrum_kappa``: the dense
+    spectrum's sigma_max / sigma_min where it was formed, else the matrix-free one's (``spectrum_method``)."""
+    out: dict[str, Any] = {}
+    if cfg.spectrum_ends is not None:
+        out["spectrum_ends"] = spectrum_ends(model, image, blocks, settings_of(cfg).solver, int(cfg.spectrum_ends))
     side = _tokens(model, image.shape[-1]) * model.embed_dim
     if side * side <= int(cfg.dense_max_entries):
         out["spectrum"] = block_spectra(model, image, blocks, int(cfg.dense_max_entries))
-        out["spectrum_ends_vs_dense"] = ends_vs_dense(out["spectrum_ends"], out["spectrum"])
+        if "spectrum_ends" in out:
+            out["spectrum_ends_vs_dense"] = ends_vs_dense(out["spectrum_ends"], out["spectrum"])
         out["spectrum_kappa"] = kappas(out["spectrum"])  # exact sigma_max / sigma_min of each K + g I
         out["spectrum_method"] = "dense"
     else:
@@ -335,7 +341,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             record.update(spectrum_record(model, images.to(device)[:1], d.blocks, cfg))
             if "spectrum" in record:
                 spectra[spec.name] = record["spectrum"]
-            ends[spec.name] = record["spectrum_ends"]
+            if "spectrum_ends" in record:
+                ends[spec.name] = record["spectrum_ends"]
         save_record(spec, record, written, start)
         write_tensorboard(d, spec.out_dir)
         results.append((spec.name, d))
