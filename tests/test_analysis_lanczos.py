@@ -134,3 +134,23 @@ def test_svd_condition_is_the_ratio_or_infinite_by_the_rule():
     s = torch.tensor([[2.0, 0.5], [1.0, 0.0], [0.0, 0.0], [1.0, 3 * eps], [1.0, 300 * eps]], dtype=torch.float64)
     kappa = svd_condition(s, 2, 3).tolist()
     assert kappa[:4] == [4.0, math.inf, math.inf, math.inf] and kappa[4] == pytest.approx(1 / (300 * eps))
+
+
+def test_ends_are_the_k_largest_and_k_smallest_eigenvalues_each_within_the_tolerance():
+    """``ends=5`` (seeds/003 Figs. 7-8's spectrum ends): the five largest, largest first, and the five smallest,
+    smallest first, against eigvalsh; every one's residual met before the Krylov space is exhausted."""
+    a = spd(400, 10.0, seed=7)
+    ref = np.linalg.eigvalsh(a)
+    s = extreme_eigenvalues(as_matvec(a), 400, tol=1e-9, max_iter=400, ends=5)
+    assert s.converged and not s.exhausted and s.iterations < 300
+    np.testing.assert_allclose(s.top, ref[::-1][:5], rtol=1e-8)
+    np.testing.assert_allclose(s.bottom, ref[:5], rtol=1e-8)
+    assert all(r <= 1e-9 * v for r, v in zip(s.top_residuals + s.bottom_residuals, s.top + s.bottom))
+    one = extreme_eigenvalues(as_matvec(a), 400, tol=1e-9, max_iter=400)  # the extremes alone converge sooner
+    assert one.iterations < s.iterations and len(one.top) == len(one.bottom) == 1
+    assert one.top[0] == pytest.approx(ref[-1], rel=1e-8) and one.bottom[0] == pytest.approx(ref[0], rel=1e-8)
+
+
+def test_ends_must_be_a_positive_integer():
+    with pytest.raises(LanczosArgumentError, match="ends must be a positive integer, got 0"):
+        extreme_eigenvalues(as_matvec(np.eye(3)), 3, ends=0)

@@ -5,7 +5,10 @@ import math
 import pytest
 import torch
 
+from skipless.analysis.condition_number import Solver
 from skipless.eval.conditioning.run import main, run
+from skipless.eval.conditioning.spectrum import spectrum_ends
+from skipless.models.attention import use_explicit_attention
 from skipless.analysis.condition_number import dense_condition
 from skipless.analysis.jacobians import network_jacobian_dense
 from skipless.config import load_config
@@ -127,14 +130,63 @@ def test_the_spectrum_is_every_singular_value_of_the_sub_block_jacobian(small_ru
     assert written["spectrum"].stat().st_size > 10_000
 
 
-def test_a_spectrum_too_large_to_form_is_one_sentence_naming_image_size(small_run):
+def test_the_matrix_free_ends_equal_the_dense_svd_of_the_attention_jacobian():
+    """Seeds/003 Figs. 7-8 at a real size are Lanczos' ends: on a tiny skipless and a tiny skip block (weights x8, so
+    the spectrum spreads: kappa about 2e4 and 4), float64, the 4 largest and 4 smallest singular values of K + g I
+    against torch's SVD of autograd's dense Jacobian, to 1e-8 relative (Lanczos' tolerance 1e-10 on the squares)."""
+    image = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    for residual, gain in (("skipless", 0.0), ("skip", 1.0)):
+        torch.manual_seed(0)
+        model = create_vit("vit_tiny", residual=residual, depth=1, embed_dim=16, num_heads=2, img_size=32).double()
+        with torch.no_grad():
+            for p in model.blocks.parameters():
+                p.mul_(8.0 if p.ndim == 2 else 1.0)
+        ends = spectrum_ends(model, image, [0], Solver(tol=1e-10, max_iter=200), 4)["0"]["attn"]
+        block = model.blocks[0].eval()
+        with torch.no_grad():
+            u = block.norm1(embed_tokens(model.eval(), image.double()))
+        with use_explicit_attention(block):
+            jac = torch.autograd.functional.jacobian(lambda v: gain * v + block.ls1(block.attn(v)), u)
+        dense = torch.linalg.svdvals(jac.reshape(80, 80))
+        assert ends["converged"] and ends["dim"] == 80 and ends["reason"] is None
+        torch.testing.assert_close(torch.tensor(ends["top"], dtype=torch.float64), dense[:4], rtol=1e-8, atol=0)
+        torch.testing.assert_close(torch.tensor(ends["bottom"], dtype=torch.float64), dense.flip(0)[:4], rtol=1e-8, atol=0)
+        assert ends["kappa"] == pytest.approx(float(dense[0] / dense[-1]), rel=1e-8)
+        if residual == "skip":  # not the whole space: Lanczos stopped on its tolerance
+            assert ends["products"] < 80
+
+
+def test_a_spectrum_too_large_to_form_is_matrix_free_and_checked_against_the_dense_where_both_fit(small_run):
+    """Above dense_max_entries (here 1000, 5 tokens x 24 = 120 squared) only the matrix-free ends are written, and
+    they give spectrum_kappa; where the dense spectrum fits, the ends are recorded beside it with their difference."""
     root, data, run_dir = small_run
-    with pytest.raises(SystemExit) as exit_info:
-        main([*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", "spectrum=true",
-              "dense_max_entries=1000", f"out={root / 'spectrum-out'}"])
-    err = str(exit_info.value.code)
-    assert "image_size for narrow's spectrum" in err and len(err.strip().splitlines()) == 1
-    assert not (root / "spectrum-out").exists()
+    written = run(cfg_of(root, data, f"ckpt={run_dir}", "random_floor=false", "spectrum=true", "dense_max_entries=1000",
+                         "spectrum_ends=3", "solver.tol=1e-8", "measures=[embeddings]", "layers=[0]",
+                         f"out={root / 'spectrum-out'}"))
+    record = json.loads((root / "spectrum-out" / "narrow" / "conditioning.json").read_text())
+    assert "spectrum" not in record and record["spectrum_method"] == "matrix-free"
+    ends = record["spectrum_ends"]["0"]["attn"]
+    assert len(ends["top"]) == len(ends["bottom"]) == 3 and ends["dim"] == 120 and ends["converged"]
+    assert record["spectrum_kappa"]["0"]["attn"] == pytest.approx(ends["top"][0] / ends["bottom"][0], rel=1e-5)  # JSON: 6 digits
+    assert written["spectrum"].stat().st_size > 5_000
+    both = run(cfg_of(root, data, f"ckpt={run_dir}", "random_floor=false", "spectrum=true", "spectrum_ends=3",
+                      "solver.tol=1e-8", "measures=[embeddings]", "layers=[0]", f"out={root / 'spectrum-both'}"))
+    record = both["results"]["narrow"]
+    assert record["spectrum_method"] == "dense" and len(record["spectrum"]["0"]["attn"]) == 120
+    assert record["spectrum_ends_vs_dense"]["0"]["attn"] < 1e-6
+    assert record["spectrum_kappa"]["0"]["attn"] == pytest.approx(ends["top"][0] / ends["bottom"][0], rel=1e-5)
+
+
+def test_a_dense_spectrum_too_large_to_form_is_one_sentence_naming_image_size_and_spectrum_ends(small_run):
+    root, data, run_dir = small_run
+    for bad, words in (("spectrum_ends=null", "image_size for narrow's spectrum, or set spectrum_ends"),
+                       ("spectrum_ends=0", "spectrum_ends")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*SMALL, f"roots.default={data}", f"runs_root={root / 'runs'}", f"ckpt={run_dir}", "spectrum=true",
+                  "dense_max_entries=1000", bad, f"out={root / 'spectrum-bad'}"])
+        err = str(exit_info.value.code)
+        assert words in err and len(err.strip().splitlines()) == 1
+        assert not (root / "spectrum-bad").exists()
 
 
 # ---- images=run and image_fraction (seeds/003 Fig. 3: "10% validation sets", each run on its own val split) ----

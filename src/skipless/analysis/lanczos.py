@@ -10,6 +10,11 @@ approach the extreme eigenvalues of ``A`` first. Every new vector is orthogonali
 whole basis twice ("twice is enough", Parlett), so no spurious copies of converged Ritz values
 appear; the basis costs ``k * dim`` numbers, small next to the products.
 
+``ends = k > 1`` asks for the ``k`` largest and the ``k`` smallest Ritz pairs instead of one of each (the ends of a
+spectrum to draw: seeds/003 Figs. 7-8, ``eval/conditioning/spectrum.py``): they are returned in ``top`` and
+``bottom`` with their residuals, and every one of them must meet the tolerance for the run to converge. Lanczos
+with a random start finds each *distinct* eigenvalue once: a repeated eigenvalue appears once among them.
+
 How convergence is known. For a Ritz pair ``(theta, y = Q_k s)``, ``||A y - theta y|| = beta_k |e_k^T s|``
 (the cheap formula, checked against the explicit residual in the tests). The loop stops when the
 largest and the smallest Ritz pair both have relative residual ``<= tol * theta``; or when ``beta_k``
@@ -56,7 +61,8 @@ class Spectrum:
     (``exhausted``: then the values are exact to rounding); ``below_zero_tol``: stopped because the
     smallest Ritz value fell below ``zero_tol * largest``; ``finite``: every product was finite
     (False: an overflow stopped the run and the values are NaN); ``budget_spent``: ``watch`` stopped it
-    before convergence.
+    before convergence; ``top``/``bottom``: the ``ends`` largest Ritz values, largest first, and the ``ends``
+    smallest, smallest first (fewer when the Krylov space is smaller), ``*_residuals`` theirs (absolute).
     """
 
     largest: float
@@ -70,17 +76,23 @@ class Spectrum:
     below_zero_tol: bool = False
     finite: bool = True
     budget_spent: bool = False
+    top: tuple[float, ...] = ()
+    bottom: tuple[float, ...] = ()
+    top_residuals: tuple[float, ...] = ()
+    bottom_residuals: tuple[float, ...] = ()
     largest_vector: torch.Tensor | None = field(default=None, repr=False, compare=False)
     smallest_vector: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
 
-def _check(dim: int, tol: float, max_iter: int) -> None:
+def _check(dim: int, tol: float, max_iter: int, ends: int = 1) -> None:
     if not (isinstance(dim, int) and dim >= 1):
         raise LanczosArgumentError(f"the operator dimension must be a positive integer, got {dim!r}")
     if not (0 < tol < 1):
         raise LanczosArgumentError(f"tol must be in (0, 1), got {tol!r}")
     if not (isinstance(max_iter, int) and max_iter >= 1):
         raise LanczosArgumentError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if not (isinstance(ends, int) and ends >= 1):
+        raise LanczosArgumentError(f"ends must be a positive integer, got {ends!r}")
 
 
 def extreme_eigenvalues(
@@ -94,6 +106,7 @@ def extreme_eigenvalues(
     device: torch.device | str | None = None,
     zero_tol: float | None = None,
     watch: Callable[[int, float, float, float, float], bool] | None = None,
+    ends: int = 1,
 ) -> Spectrum:
     """Largest and smallest eigenvalue of the symmetric PSD ``A`` given ``matvec(v) = A v``.
 
@@ -108,8 +121,9 @@ def extreme_eigenvalues(
             certainly below that, see the module docstring); None never stops for this.
         watch: called after each product with (products, largest, smallest, and their residuals);
             True stops the run unconverged (``budget_spent``): a progress line and a time budget.
+        ends: how many Ritz pairs at each end must converge (``top``, ``bottom``); 1: the extremes only.
     """
-    _check(dim, tol, max_iter)
+    _check(dim, tol, max_iter, ends)
     eps = float(torch.finfo(dtype).eps)
     steps = min(max_iter, dim)
     q = torch.randn(dim, generator=torch.Generator().manual_seed(seed), dtype=dtype).to(device)
@@ -139,8 +153,11 @@ def extreme_eigenvalues(
         residual = beta * np.abs(s[-1, :])
         top, bottom = float(theta[-1]), float(theta[0])
         exhausted = k + 1 == dim or beta <= dim * eps * abs(top)
-        top_ok = residual[-1] <= tol * top
-        bottom_ok = residual[0] <= tol * abs(bottom)
+        j = min(ends, k + 1)
+        top_ok = bool(np.all(residual[-j:] <= tol * theta[-j:]))
+        bottom_ok = bool(np.all(residual[:j] <= tol * np.abs(theta[:j])))
+        if ends > 1 and k + 1 < ends and not exhausted:  # fewer Ritz pairs than asked for at each end
+            top_ok = bottom_ok = False
         singular = zero_tol is not None and bottom <= zero_tol * top
         done = exhausted or (top_ok and bottom_ok) or singular
         spent = not done and watch is not None and watch(k + 1, top, bottom, float(residual[-1]), float(residual[0]))
@@ -151,6 +168,9 @@ def extreme_eigenvalues(
                 largest_residual=float(residual[-1]), smallest_residual=float(residual[0]),
                 iterations=k + 1, dim=dim, converged=bool(exhausted or (top_ok and bottom_ok)),
                 exhausted=bool(exhausted), below_zero_tol=bool(singular), budget_spent=bool(spent),
+                top=tuple(float(x) for x in theta[::-1][:j]), bottom=tuple(float(x) for x in theta[:j]),
+                top_residuals=tuple(float(x) for x in residual[::-1][:j]),
+                bottom_residuals=tuple(float(x) for x in residual[:j]),
                 largest_vector=vectors[:, 0], smallest_vector=vectors[:, 1],
             )
         betas.append(beta)

@@ -50,7 +50,7 @@ from ..shared.output_dirs import backbones_to_evaluate
 from .conv_blocks import ConvConditioningError, check_conv_settings, run_conv
 from .outputs import report_folder, save_record
 from .run_images import RUN, RunImagesError, check_fraction, run_split
-from .spectrum import block_spectra, dense_block_jacobians, kappas, spectrum_figure
+from .spectrum import block_spectra, dense_block_jacobians, ends_vs_dense, kappas, spectrum_ends, spectrum_figure
 from ..shared.report import markdown_table, result_json, shown_args, write_text
 from ..shared.settings_rules import BLOCKS_OR_ALL, COMMON, check_rules
 from ..shared.square_images import load_images
@@ -76,6 +76,7 @@ RULES = {
     "solver.dtype": one_of(*DTYPES),
     "dense_check": boolean(),
     "spectrum": boolean(),
+    "spectrum_ends": optional(integer(1)),
     "dense_max_entries": integer(1),
 }
 
@@ -107,9 +108,10 @@ def check_backbone(model: torch.nn.Module, spec: BackboneSpec, cfg: DictConfig, 
     blocks = diagnosed_blocks(settings_of(cfg).layers, len(model.blocks))
     n = _tokens(model, int(size or cfg.image_size))
     n_j = _tokens(model, int(size or cfg.jacobian.image_size)) if "jacobian" in cfg.measures else 0
-    if cfg.spectrum:
+    if cfg.spectrum and cfg.spectrum_ends is None:
         check_dense_size(n * model.embed_dim, n * model.embed_dim, int(cfg.dense_max_entries),
-                         f"image_size for {spec.name}'s spectrum (spectrum=false keeps the other measures)")
+                         f"image_size for {spec.name}'s spectrum, or set spectrum_ends for its ends matrix-free "
+                         "(spectrum=false keeps the other measures)")
     if cfg.dense_check:
         d, limit = model.embed_dim, int(cfg.dense_max_entries)
         if "jacobian" in cfg.measures:
@@ -136,6 +138,28 @@ def dense_values(model: torch.nn.Module, images: torch.Tensor, j_images: torch.T
         out["block_jacobians"] = {}
         for i, name, k in dense_block_jacobians(model, images, d.blocks, limit):
             out["block_jacobians"].setdefault(str(i), {})[name] = dense_condition(k, gram=True).to_json()
+    return out
+
+
+def spectrum_record(model: torch.nn.Module, image: torch.Tensor, blocks: list[int], cfg: DictConfig) -> dict[str, Any]:
+    """seeds/003 Figs. 7-8 on the first image: the attention Jacobian's ``spectrum_ends`` largest and smallest singular
+    values matrix-free at any size (``spectrum_ends``; null: none, the dense spectrum only, as before the key); every
+    singular value of both sub-blocks where the dense Jacobian fits ``dense_max_entries`` (``spectrum``), with the
+    ends' largest relative difference from it (``spectrum_ends_vs_dense``: the check). ``spectrum_kappa``: the dense
+    spectrum's sigma_max / sigma_min where it was formed, else the matrix-free one's (``spectrum_method``)."""
+    out: dict[str, Any] = {}
+    if cfg.spectrum_ends is not None:
+        out["spectrum_ends"] = spectrum_ends(model, image, blocks, settings_of(cfg).solver, int(cfg.spectrum_ends))
+    side = _tokens(model, image.shape[-1]) * model.embed_dim
+    if side * side <= int(cfg.dense_max_entries):
+        out["spectrum"] = block_spectra(model, image, blocks, int(cfg.dense_max_entries))
+        if "spectrum_ends" in out:
+            out["spectrum_ends_vs_dense"] = ends_vs_dense(out["spectrum_ends"], out["spectrum"])
+        out["spectrum_kappa"] = kappas(out["spectrum"])  # exact sigma_max / sigma_min of each K + g I
+        out["spectrum_method"] = "dense"
+    else:
+        out["spectrum_kappa"] = {b: {k: e["kappa"] for k, e in row.items()} for b, row in out["spectrum_ends"].items()}
+        out["spectrum_method"] = "matrix-free"
     return out
 
 
@@ -291,6 +315,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     results: list[tuple[str, Diagnosis]] = []
     written: dict[str, Any] = {"json": {}, "results": {}}
     spectra: dict[str, Any] = {}
+    ends: dict[str, Any] = {}
     for spec, model, split in zip(specs, models, splits):
         model = model.to(device)
         start = time.perf_counter()
@@ -313,9 +338,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             record["dense"] = dense_values(model, images.to(device), j_images.to(device) if j_images is not None else None,
                                            d, cfg)
         if cfg.spectrum:  # seeds/003 Figs. 7-8
-            record["spectrum"] = block_spectra(model, images.to(device), d.blocks, int(cfg.dense_max_entries))
-            record["spectrum_kappa"] = kappas(record["spectrum"])  # exact sigma_max / sigma_min of each K + g I
-            spectra[spec.name] = record["spectrum"]
+            record.update(spectrum_record(model, images.to(device)[:1], d.blocks, cfg))
+            if "spectrum" in record:
+                spectra[spec.name] = record["spectrum"]
+            if "spectrum_ends" in record:
+                ends[spec.name] = record["spectrum_ends"]
         save_record(spec, record, written, start)
         write_tensorboard(d, spec.out_dir)
         results.append((spec.name, d))
@@ -323,7 +350,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report = tables(results)
     written["table"] = write_text(folder / "conditioning.md", report)
     written["figure"] = figure(results, folder / "conditioning.png")
-    written["spectrum"] = spectrum_figure(spectra, folder / "jacobian-spectrum.png")
+    written["spectrum"] = spectrum_figure(spectra, folder / "jacobian-spectrum.png", ends)
     print(report, flush=True)
     print(f"table: {written['table']}" + (f"\nfigure: {written['figure']}" if written["figure"] else "")
           + (f"\nspectrum: {written['spectrum']}" if written["spectrum"] else ""), flush=True)
