@@ -56,6 +56,7 @@ PLACE_KEYS = ("run.name", "run.root", "run.resume", "run.requeue", "train.checkp
 LATER_KEYS: dict[str, Any] = {
     "model.init_args.qk": None,  # issue 49: Eq. 11's reading, null = head, the one reading before
     "image_fraction": None,  # issue 50: make conditioning's share of the val split (seeds/003 Fig. 3), null = num_images
+    "optim.lr_drops": [],  # issue 50: the supervised lr's step schedule (Huh et al.'s setup), [] = the cosine before
 }
 REPO = Path(__file__).resolve().parents[1]
 
