@@ -58,6 +58,7 @@ LATER_KEYS: dict[str, Any] = {
     "image_fraction": None,  # issue 50: make conditioning's share of the val split (seeds/003 Fig. 3), null = num_images
     "views": 1,  # issue 50: make linear's feature sets per image, 1 = the one centre crop of before
     "spectrum_ends": None,  # issue 50: make conditioning's matrix-free spectrum ends (seeds/003 Figs. 7-8), null = none
+    "optim.lr_drops": [],  # issue 50: the supervised lr's step schedule (Huh et al.'s setup), [] = the cosine before
 }
 REPO = Path(__file__).resolve().parents[1]
 

@@ -207,12 +207,19 @@ def test_a_key_added_later_keeps_the_hash_of_jobs_that_leave_it_at_its_old_meani
     from skipless.config import leaf_values, load_config
     from paper.jobs import LATER_KEYS, PLACE_KEYS, config_hash
 
-    assert LATER_KEYS == {"model.init_args.qk": None, "image_fraction": None, "views": 1, "spectrum_ends": None}
+    assert LATER_KEYS == {"model.init_args.qk": None, "image_fraction": None, "views": 1, "spectrum_ends": None,
+                          "optim.lr_drops": []}
     values = {k: v for k, v in leaf_values(load_config("pretrain", [])).items() if k not in PLACE_KEYS}
     assert values.pop("model.init_args.qk") is None
     before = hashlib.sha256(f"pretrain\n{json.dumps(values, sort_keys=True, default=str)}".encode()).hexdigest()[:8]
     assert config_hash("pretrain", []) == before
     assert config_hash("pretrain", ["model.init_args.qk=layer"]) != before
+    values = {k: v for k, v in leaf_values(load_config("train", [])).items() if k not in PLACE_KEYS}
+    assert values.pop("optim.lr_drops") == []  # issue 50: the step schedule; [] the cosine every run had
+    assert values.pop("model.init_args.qk") is None
+    before = hashlib.sha256(f"train\n{json.dumps(values, sort_keys=True, default=str)}".encode()).hexdigest()[:8]
+    assert config_hash("train", []) == before
+    assert config_hash("train", ["optim.lr_drops=[100]"]) != before
     values = {k: v for k, v in leaf_values(load_config("conditioning", [])).items() if k not in PLACE_KEYS}
     assert values.pop("image_fraction") is None  # issue 50: the conditioning evaluations of before keep their hash
     assert values.pop("spectrum_ends") is None  # issue 50 (seeds/003 Figs. 7-8 matrix-free): likewise

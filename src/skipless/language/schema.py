@@ -33,7 +33,7 @@ _SHARED_TRAIN = ("batch_size_per_device", "global_batch", "num_workers", "cpu_th
                  "num_nodes", "strategy", "collective_timeout_minutes", "precision", "log_every_n_steps", "compile",
                  "keep_checkpoints", "checkpoint_every_minutes", "max_steps")
 _SHARED_OPTIM = ("name", "lr", "weight_decay", "clip_grad", "betas", "eps", "shampoo_beta", "precondition_frequency",
-                 "max_precond_dim", "precondition_1d", "implementation")
+                 "max_precond_dim", "precondition_1d", "implementation", "momentum", "nesterov")
 
 
 def _tokenizer_name(value: Any) -> bool:

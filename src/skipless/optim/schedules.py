@@ -4,7 +4,10 @@ momentum) follow ``cosine_schedule``; DINO's teacher temperature follows ``linea
 learning rate (He et al. 2022, ``util/lr_sched.py``) is ``cosine_schedule`` with
 ``warmup_reaches_base=False``: the two differ only in the warm-up's last step.
 
-Both return one value per optimisation step (``epochs * steps_per_epoch`` values), precomputed as in
+``step_schedule`` is the ResNet recipes' learning rate (He et al. 2016, Sec. 3.4: "divided by 10"; the
+PyTorch ImageNet example's ``adjust_learning_rate``, x 0.1 every 30 of 90 epochs).
+
+All return one value per optimisation step (``epochs * steps_per_epoch`` values), precomputed as in
 DINO's ``utils.cosine_scheduler`` so that a resumed run indexes the same array at its global step.
 """
 from __future__ import annotations
@@ -93,3 +96,29 @@ def linear_then_constant(
     per_epoch = np.concatenate((np.linspace(start, end, int(warmup_epochs)),
                                 np.full(int(epochs) - int(warmup_epochs), float(end))))
     return np.repeat(per_epoch, int(steps_per_epoch)).astype(np.float64)
+
+
+LR_DROP_FACTOR = 0.1  # He et al. 2016 (Sec. 3.4) and PyTorch's ImageNet example: the lr "divided by 10"
+
+
+def step_schedule(base_value: float, epochs: int, steps_per_epoch: int, drops: list[int],
+                  warmup_epochs: int = 0, start_warmup_value: float = 0.0) -> np.ndarray:
+    """``base_value`` times ``LR_DROP_FACTOR`` once per epoch of ``drops`` reached, one value per step.
+
+    Epochs count from 0: ``drops=[30, 60]`` of 90 epochs gives epochs 0-29 ``base``, 30-59 ``base / 10`` and
+    60-89 ``base / 100``, the PyTorch ImageNet example's ``lr * 0.1 ** (epoch // 30)``. A warm-up, if any, is
+    ``cosine_schedule``'s (DINO's linear ramp whose last step is ``base_value``) over the first epochs.
+
+    Raises:
+        ValueError: on non-positive lengths, a warm-up longer than the training, or drops that are not
+            increasing epochs within ``1 .. epochs - 1``.
+    """
+    _check_lengths(epochs, steps_per_epoch, warmup_epochs)
+    drops = [int(d) for d in drops]
+    if any(not 1 <= d < epochs for d in drops) or drops != sorted(set(drops)):
+        raise ValueError(f"drops must be increasing epochs within 1..{int(epochs) - 1}, got {drops}")
+    per_epoch = base_value * LR_DROP_FACTOR ** np.searchsorted(drops, np.arange(int(epochs)), side="right")
+    values = np.repeat(per_epoch, int(steps_per_epoch)).astype(np.float64)
+    warmup = int(warmup_epochs) * int(steps_per_epoch)
+    values[:warmup] = np.linspace(start_warmup_value, base_value, warmup)
+    return values

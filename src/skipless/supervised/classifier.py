@@ -34,7 +34,7 @@ from ..models.timm_family import create_timm_backbone
 from ..models.vit import create_vit
 from ..optim import optimizer_from_config
 from ..optim.param_groups import layer_decay_groups, param_groups
-from ..optim.schedules import cosine_schedule
+from ..optim.schedules import cosine_schedule, step_schedule
 from ..devices.step_scalars import device_scalars
 from ..reports.summary import module_peak_lr
 from ..training.collapse import ClassCounts
@@ -99,7 +99,9 @@ class Supervised(pl.LightningModule):
         o, t = self.cfg.optim, self.cfg.train
         steps, epochs = steps_per_epoch(self), int(t.epochs)
         self.schedules = {
-            "lr": cosine_schedule(module_peak_lr(self), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs),
+            "lr": (step_schedule(module_peak_lr(self), epochs, steps, list(o.lr_drops), warmup_epochs=o.warmup_epochs)
+                   if o.get("lr_drops") else  # a config saved before the key (issue 50) means the cosine
+                   cosine_schedule(module_peak_lr(self), o.min_lr, epochs, steps, warmup_epochs=o.warmup_epochs)),
             "wd": cosine_schedule(o.weight_decay, o.weight_decay_end, epochs, steps),
         }
         groups = (param_groups(self) if float(o.layer_decay) == 1.0

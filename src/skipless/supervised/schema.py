@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig
 
-from ..config.rules import Rule, integer, is_real, number, one_of, optional, text
+from ..config.rules import Rule, integer, is_int, is_real, number, one_of, optional, text
 from ..data.classification.registry import READERS
 from ..models.timm_family import FAMILIES, TIMM_CLASSES, TimmFamilyError, create_timm_backbone, is_timm_model
 from ..training import schema as pretrain_schema
@@ -45,6 +45,9 @@ RULES.update({
     "model.timm_args.*": Rule(lambda v: True, "a timm constructor argument"),  # timm itself checks them (_timm_family)
     "model.head_init_std": number(0, low_open=True),
     "optim.layer_decay": number(0, 1, low_open=True, high_open=False),
+    # configs/train.yaml: epochs at which the lr drops x 0.1 (optim/schedules.py step_schedule); [] : the cosine
+    "optim.lr_drops": Rule(lambda v: isinstance(v, (list, tuple)) and all(is_int(x) and x >= 1 for x in v)
+                           and list(v) == sorted(set(v)), "a list of increasing epochs >= 1 ([] : the cosine to optim.min_lr)"),
     "train.val_every_n_epochs": integer(1),
     # make finetune's own keys (configs/finetune.yaml, skipless/finetune.py)
     "finetune.ckpt": optional(text("one CKPT item: a run folder, a backbone file, <state dict>:<arch>, timm:<name> "
@@ -77,6 +80,14 @@ _TIMM_KEEPS = {"model.init": "timm", "model.attention": "softmax", "model.norm":
                "diagnostics.every_n_epochs": 0, "diagnostics.signals_every_n_steps": 0}
 
 
+def _lr_drops_within(v: dict[str, Any]) -> str | None:
+    late = [d for d in v["optim.lr_drops"] if d >= v["train.epochs"]]
+    if late:
+        return (f"optim.lr_drops lists epochs {late} that train.epochs={v['train.epochs']} never starts; expected "
+                f"epochs within 1..{v['train.epochs'] - 1} (epochs count from 0), or [] for the cosine")
+    return None
+
+
 def _timm_family(v: dict[str, Any]) -> str | None:
     args = {k[len("model.timm_args."):]: x for k, x in v.items() if k.startswith("model.timm_args.")}
     if v["model.family"] != "timm":
@@ -104,7 +115,7 @@ def _timm_family(v: dict[str, Any]) -> str | None:
 RELATIONS: tuple[Callable[[dict[str, Any]], str | None], ...] = (
     pretrain_schema.warmup_within, pretrain_schema.exports_reached, pretrain_schema.implementation_exists,
     pretrain_schema.diagnosed_blocks_exist, pretrain_schema.diagnostics_within_collective_timeout,
-    pretrain_schema.cutskip_qk_reading, _image_tiles, _mixup_pairs, _timm_family)
+    pretrain_schema.cutskip_qk_reading, _image_tiles, _mixup_pairs, _timm_family, _lr_drops_within)
 
 
 def check_train_config(cfg: DictConfig) -> None:

@@ -115,6 +115,8 @@ RULES: dict[str, Rule] = {
     "optim.max_precond_dim": POSITIVE_INT,
     "optim.precondition_1d": BOOL,
     "optim.implementation": one_of("fused", "foreach", "loop"),
+    "optim.momentum": number(0, 1),  # configs/optim/sgd.yaml
+    "optim.nesterov": BOOL,
     "train.epochs": POSITIVE_INT,
     "train.batch_size_per_device": POSITIVE_INT,
     "train.global_batch": optional(POSITIVE_INT),  # divisibility by the devices: world.check_global_batch
