@@ -370,12 +370,12 @@ def test_build_optimizer_table():
                                implementation="loop").defaults["foreach"]
     with pytest.raises(ValueError, match=r"^soap has no 'fused' implementation; expected one of: loop, foreach$"):
         build_optimizer("soap", params, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0, implementation="fused")
-    with pytest.raises(ValueError, match=r"^unknown optimizer 'sgd'; expected one of: adamw, soap$"):
-        build_optimizer("sgd", params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    with pytest.raises(ValueError, match=r"^unknown optimizer 'lion'; expected one of: adamw, soap, sgd$"):
+        build_optimizer("lion", params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     with pytest.raises(ValueError, match="precondition_frequency"):
         build_optimizer("adamw", params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                         precondition_frequency=10)
-    assert sorted(OPTIMIZERS) == ["adamw", "soap"]
+    assert sorted(OPTIMIZERS) == ["adamw", "sgd", "soap"]
 
 
 def test_matches_pytorch_optimizer_soap_if_installed():
