@@ -206,7 +206,7 @@ def paper_tables(ref: dict[str, Any], corner: str) -> list[str]:
 def metrics_table(item: dict[str, Any], mine: list[dict[str, Any]], experiment: Experiment) -> str:
     """A ``table`` with ``metrics`` ({column title: dotted key}): a row per combination of ``rows`` run at this
     scale (at the last epoch evaluated), a column per metric, each cell as ``cell_text`` writes it (a whole
-    number with its thousands, no paper numbers). With ``best: <axis>`` (one of ``rows``), a second table keeps,
+    number with its thousands, a word as it is, no paper numbers). With ``best: <axis>`` (one of ``rows``), a second table keeps,
     of each combination of the other rows, the row of that axis whose ``metric`` is highest (Table 7: the best
     lr of each model by the mean)."""
     ev, rows = item["evaluation"], list(item.get("rows") or [])
@@ -218,6 +218,9 @@ def metrics_table(item: dict[str, Any], mine: list[dict[str, Any]], experiment: 
         for key in item["metrics"].values():
             value = metric_of(found["result"], key) if found and found["state"] == "done" else None
             whole = isinstance(value, int) and not isinstance(value, bool)
+            if isinstance(value, str) and value not in ("inf", "nan"):  # a word the run wrote (summary.json's wall.hardware)
+                cells.append(value + collapsed_mark(found))
+                continue
             cells.append(f"{value:,}" + collapsed_mark(found) if whole else cell_text(found, key, None))
         return [name, *cells]
 

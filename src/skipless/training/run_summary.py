@@ -8,11 +8,18 @@ forgets the files named before it stopped nor names them again: a checkpoint fir
 since the last naming, so that it records only named files and the log never says more than it. The
 epoch-end checkpoint (``EpochCheckpoint``, before this callback in the list) thus names the epoch's files;
 a mid-epoch one (``train.checkpoint_every_minutes``) names those met so far in its epoch.
+
+The run's wall time (``wall``: seconds, hours, days, and the hardware it ran on, ``<world size> x <device
+name>``) counts from the start of fitting (after the model, data and checkpoint are set up) to the summary,
+summed over resumes: a checkpoint holds the seconds up to its own writing, so the time after a run's last
+checkpoint before it was stopped is not counted (its steps are trained again, and counted then). Seeds/003's
+Table 1 compares these days with the paper's (``configs/experiments/graying-eps.yaml``).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from time import monotonic
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,8 +36,9 @@ class RunSummary(pl.Callback):
     writes ``<run>/summary.json`` (atomically) when the fit ends or stops on an error: status, epochs
     done, steps, skipped images with their files and reasons, small images and their files, final loss, the
     precision that ran with the reason it was chosen, ``collapsed``: the reason the run's ``CollapseMonitor``
-    gave at its last check, or null, a supervised run's last validation (``val``) and the rank monitor's last
-    measurement (``rank``) when it ran.
+    gave at its last check, or null, a supervised run's last validation (``val``), the rank monitor's last
+    measurement (``rank``) when it ran, and ``wall``: the fit's wall time summed over resumes and the hardware
+    (module docstring).
     """
 
     def __init__(self, run_dir: str | Path, precision: str | None = None) -> None:
@@ -42,6 +50,8 @@ class RunSummary(pl.Callback):
         self.small_files: list[str] = []  # readable but small, in the order they were named
         self.small_reason = ""  # "smaller than data.min_image_side=32 px on a side"
         self._trainer: pl.Trainer | None = None
+        self.seconds_before = 0.0  # the wall seconds of the attempts before this one, from the checkpoint
+        self._started: float | None = None  # monotonic() at this attempt's start of fitting
 
     @property
     def skipped(self) -> int:
@@ -101,16 +111,22 @@ class RunSummary(pl.Callback):
         if self._trainer is not None:
             self._name_and_say(self._trainer)
         return {"skipped": [[f, self.skipped_reasons.get(f, "")] for f in self.skipped_files],
-                "small": list(self.small_files), "small_reason": self.small_reason}
+                "small": list(self.small_files), "small_reason": self.small_reason, "wall_seconds": self.wall_seconds()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.skipped_files = [f for f, _ in state.get("skipped", [])]
         self.skipped_reasons = {f: reason for f, reason in state.get("skipped", [])}
         self.small_files = list(state.get("small", []))
         self.small_reason = state.get("small_reason", "")
+        self.seconds_before = float(state.get("wall_seconds", 0.0))  # 0: a checkpoint from before it was kept
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.epochs_done = trainer.current_epoch  # a resumed run starts after its finished epochs
+        self._started = monotonic()
+
+    def wall_seconds(self) -> float:
+        """The fit's wall seconds so far: the earlier attempts' (from the checkpoint) and this one's."""
+        return self.seconds_before + (monotonic() - self._started if self._started is not None else 0.0)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
@@ -165,6 +181,9 @@ class RunSummary(pl.Callback):
         rank = next((c.last_rank for c in trainer.callbacks if getattr(c, "last_rank", None)), None)
         if rank:  # the rank monitor's last measurement (rank_monitor.py): seeds/002 Fig. 4a reads it at convergence
             summary["rank"] = rank
+        seconds = round(self.wall_seconds(), 1)
+        summary["wall"] = {"seconds": seconds, "hours": round(seconds / 3600, 4), "days": round(seconds / 86400, 5),
+                           "hardware": _hardware(trainer)}
         text = json.dumps(summary, indent=1) + "\n"
         atomic_write(self.path, lambda tmp: Path(tmp).write_text(text))
 
@@ -175,3 +194,10 @@ class RunSummary(pl.Callback):
             return float(self.final_loss)
         except RuntimeError:  # a device that failed (the run's error) cannot be read: the summary still says so
             return None
+
+
+def _hardware(trainer: pl.Trainer) -> str:
+    """``8 x NVIDIA H100 80GB HBM3``: the run's world size and its device's name (``1 x CPU`` on a CPU)."""
+    device = getattr(getattr(trainer, "strategy", None), "root_device", torch.device("cpu"))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type.upper()
+    return f"{getattr(trainer, 'world_size', 1)} x {name}"
