@@ -220,7 +220,7 @@ def test_ssl_groups_set_the_method_its_own_section_and_recipe_values_only():
 
 # The recipes written for each method: each states (with its ssl/ file) every recipe value.
 METHOD_RECIPES = {"dino": ["demo", "paper", "paper300"], "mae": ["demo", "paper"],
-                  "supervised": ["demo", "paper", "osa-mnist"], "finetune": ["demo", "paper"], "lm": ["demo", "paper"]}
+                  "supervised": ["demo", "paper", "osa-mnist", "huh"], "finetune": ["demo", "paper"], "lm": ["demo", "paper"]}
 SUPERVISED_ENTRIES = ("supervised", "finetune")  # make train's recipes, and make finetune's on train.yaml
 # The methods whose recipes belong to an entry point of their own, not to pretrain.yaml: make train's and make
 # finetune's (above), and make lm's on lm.yaml (tests/test_lm_config.py checks its groups).

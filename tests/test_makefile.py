@@ -127,7 +127,7 @@ def test_make_train_maps_digits_and_its_recipe_and_help_lists_every_dataset():
     for line in (target, variables):  # the target's own list is written by hand: it must not fall behind
         listed = line.split("DATA=")[1].split()[0].split("|")
         assert set(listed) == datasets, line
-    assert "RECIPE=demo|osa-mnist|paper " in out
+    assert "RECIPE=demo|huh|osa-mnist|paper " in out
 
 
 def test_make_paper_maps_exp_scale_and_dry():

@@ -121,8 +121,8 @@ def test_cli_errors_are_one_sentence(tmp_path, capsys):
     assert main(["model=nonsense"]) == 1
     assert ("expected one of: attn-skip, cait-s, convmixer, convmixer-skipless, decayed, mlp-skip, osa, pvt-v2-b3, resnet, "
             "resnet-decayed, skip, skipless, skipless-centered, skipless-plain, swin-s") in capsys.readouterr().err
-    assert main(["optim=sgd"]) == 1
-    assert "expected one of: adamw, soap" in capsys.readouterr().err
+    assert main(["optim=lion"]) == 1
+    assert "expected one of: adamw, sgd, soap" in capsys.readouterr().err
     assert main(["data=imagenet", f"data.root={tmp_path / 'absent'}"]) == 1
     out = capsys.readouterr()
     assert "data/README.md" in out.err
