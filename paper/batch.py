@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from skipless.config import ConfigError
 from skipless.reports.summary import describe_batch
 from skipless.devices.world import global_batch, world_size
-from skipless.models.causal_lm import LM_ARCHS
+from skipless.language.module import lm_context
 
 from .experiment import FINETUNE, STEP_ENTRIES
 from .jobs import Job, job_config
@@ -34,7 +34,7 @@ def _batch(entry: str, overrides: list[str]) -> str:
     except ConfigError as err:  # the run would refuse it: the dry run says why, and goes on
         return f"refused on {world_size(cfg)} devices: {err}"
     if entry in STEP_ENTRIES:  # a language model: its windows of context tokens, and its optimizer steps
-        context = int(cfg.model.context or LM_ARCHS[str(cfg.model.arch)]["context"])
+        context = lm_context(cfg.model)
         sequences = global_batch(cfg, world_size(cfg))
         how = shown.split(" = ", 1)[-1]
         shown = (f"{sequences} sequences ({how}) x {context:,} tokens = {sequences * context:,} tokens per step, "

@@ -32,8 +32,7 @@ from omegaconf import DictConfig
 
 from skipless.devices.world import global_batch
 from skipless.flops import dino_step_flops, lm_step_flops, mae_step_flops, peak_bf16_tflops, supervised_step_flops
-from skipless.language.module import lm_args
-from skipless.models.causal_lm import LM_ARCHS
+from skipless.language.module import lm_args, lm_context
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def peak_tflops(gpu: str) -> float | None:
 def lm_estimate(cfg: DictConfig, settings: Mapping[str, Any], vocab: int, peak: float) -> Estimate:
     """The language model's estimate (module docstring): steps x sequences per step x FLOPs per sequence."""
     args = lm_args(cfg.model, vocab)
-    context = args.get("context") or LM_ARCHS[args["arch"]]["context"]
+    context = lm_context(cfg.model)
     return Estimate("lm", dataset_of(cfg), int(cfg.train.steps), int(global_batch(cfg)),
                     float(lm_step_flops(args, context)), str(settings["gpu"]), peak, float(settings["mfu"]["lm"]),
                     unit="sequence", passes="steps")

@@ -58,7 +58,7 @@ from tokenizers import Tokenizer
 from skipless.config import CONFIG_DIR, ConfigError, load_config, load_group
 from skipless.data.generator.fake_layouts import FakeSizes, check_sizes, write_fake_datasets
 from skipless.data.generator.fake_text import write_fake_c4, write_fake_tasks
-from skipless.models.causal_lm import LM_ARCHS
+from skipless.language.module import lm_context
 
 from .experiment import EVAL_ENTRIES, FINETUNE, RUN_ENTRIES, Experiment
 from .gpu_hours import Estimate, estimate, peak_tflops
@@ -232,7 +232,7 @@ def write_text_data(folder: Path, checks: list[Check], settings: DictConfig) -> 
     roots: dict[Path, tuple[int, int, int, int]] = {}
     for check in lms:
         cfg = load_config(LM, _without(check.job.overrides, PLACE_KEYS))
-        context = int(cfg.model.context or LM_ARCHS[str(cfg.model.arch)]["context"])
+        context = lm_context(cfg.model)
         root = Path(str(cfg.data.root))
         root = root if root.is_absolute() else folder / root
         need = (check.batch or 1) * int(settings.steps) * (context + 1)

@@ -44,7 +44,7 @@ from ..data.text import PackedWindows
 from ..devices.full_precision import full_precision
 from ..devices.step_scalars import device_scalars
 from ..devices.world import global_batch
-from ..models.causal_lm import CausalLM, create_causal_lm
+from ..models.causal_lm import LM_ARCHS, CausalLM, create_causal_lm
 from ..models.compile import compile_in_place
 from ..optim import optimizer_from_config
 from ..optim.param_groups import param_groups
@@ -67,6 +67,11 @@ def lm_args(m: DictConfig, vocab_size: int) -> dict[str, Any]:
                 alpha_min=m.alpha_min, decay_indexing=str(m.decay.indexing), decay_branches=str(m.decay.branches),
                 decay_zero_init=bool(m.decay.zero_init), rope_theta=float(m.rope_theta),
                 vocab_size=int(m.vocab_size if m.vocab_size is not None else vocab_size), **sizes)
+
+
+def lm_context(m: DictConfig) -> int:
+    """The training window in tokens of a ``model`` section: ``model.context``, or (null) its arch's."""
+    return int(m.context if m.context is not None else LM_ARCHS[str(m.arch)]["context"])
 
 
 def lm_from_config(m: DictConfig, vocab_size: int) -> CausalLM:
